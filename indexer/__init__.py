@@ -1,0 +1,1 @@
+"""Turns events into passages in every store: chunk, embed, write, invalidate, audit."""

@@ -1,0 +1,142 @@
+"""Ports of the indexer's stores. Every adapter passes one contract suite per port (tests/contract).
+
+Search methods take an AccessFilter and must apply it *inside* the store query: tenant, ACL
+entries and the as-of instant (effective_from <= as_of < superseded_on). A hit that the filter
+excludes must never be scored by a ranker, cached or returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from schemas.passages import Passage
+from schemas.principal import AccessFilter
+
+Vectors = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    passage: Passage
+    score: float
+
+
+class LexicalIndex(Protocol):
+    name: str
+
+    def upsert(self, passages: Sequence[Passage]) -> None:
+        """Insert or overwrite by passage_id; visible to the next search when this returns."""
+
+    def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None: ...
+
+    def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
+        """Close the validity of every passage of versions < before_version that is open past the instant."""
+
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+        """Replace the ACL on every passage (every version) of the document."""
+
+    def delete_doc(self, tenant: str, doc_id: str) -> None: ...
+
+    def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        """BM25 over text and heading path; hits scoring below floor are dropped by the store."""
+
+    def count(self, tenant: str, doc_id: str | None = None) -> int:
+        """Passages stored (any ACL, any date): for audits and tests, never for answering."""
+
+    def close(self) -> None: ...
+
+
+class VectorIndex(Protocol):
+    name: str
+
+    def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
+
+    def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None: ...
+
+    def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None: ...
+
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None: ...
+
+    def delete_doc(self, tenant: str, doc_id: str) -> None: ...
+
+    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        """Cosine similarity; hits below floor dropped by the store (score_threshold)."""
+
+    def count(self, tenant: str, doc_id: str | None = None) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Embedder(Protocol):
+    model_name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit-norm float32 rows, one per text."""
+
+    def embed_query(self, text: str) -> Vectors: ...
+
+
+class Cache(Protocol):
+    """Result cache. Keys must already include tenant, scopes and the tenant's generation."""
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    def generation(self, tenant: str) -> int: ...
+
+    def bump(self, tenant: str) -> int:
+        """Invalidate every cached entry of the tenant (ACL change, deletion)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class DocState:
+    """What the indexer has applied for one document; written last, after every store confirmed."""
+
+    tenant: str
+    doc_id: str
+    applied_version: int
+    deleted: bool = False
+    acl: tuple[str, ...] = ()
+    content_version: int | None = None
+    content_hash: str | None = None
+    chunker_version: str | None = None
+    passage_ids: list[str] = field(default_factory=list)
+
+
+class DocStateStore(Protocol):
+    def get(self, tenant: str, doc_id: str) -> DocState | None: ...
+
+    def put(self, state: DocState) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DeletionRecord:
+    event_id: str
+    tenant: str
+    doc_id: str
+    version: int
+    received_at: datetime
+    removed_at: dict[str, datetime]
+    cache_invalidated_at: datetime
+    passages_removed: int
+
+
+class DeletionAudit(Protocol):
+    def append(self, record: DeletionRecord) -> None:
+        """Append once per event_id; a redelivered delete does not add a second record."""
+
+    def records(self, tenant: str | None = None) -> list[DeletionRecord]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Answers questions from permitted evidence only: filter, rank, fuse, loop, check, abstain."""

@@ -1,0 +1,76 @@
+"""The event-log port: publish, consume by topic with a consumer group, commit after apply.
+
+Delivery is at-least-once: a record is handed out again until its offset is committed, and
+committing happens only after every store confirmed the write. Correctness under redelivery
+comes from the indexer's idempotent, versioned writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from schemas.events import Event, EventKind
+
+TOPIC_DOCUMENTS = "documents"
+TOPIC_ACL = "acl"
+TOPIC_DELETIONS = "deletions"
+TOPIC_DLQ = "dlq"
+EVENT_TOPICS = (TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS)
+"""Priority order: revocations and deletions are drained before document upserts."""
+
+_TOPIC_BY_KIND = {EventKind.UPSERT: TOPIC_DOCUMENTS, EventKind.ACL: TOPIC_ACL, EventKind.DELETE: TOPIC_DELETIONS}
+
+
+def topic_for(event: Event) -> str:
+    return _TOPIC_BY_KIND[event.kind]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: bytes
+
+
+class EventLog(Protocol):
+    def publish(self, event: Event) -> None:
+        """Durably append the event to its kind's topic, keyed by tenant/doc_id."""
+
+    def publish_raw(self, topic: str, key: str, value: bytes) -> None:
+        """Append bytes as they are (dead letters, and tests of malformed input)."""
+
+    def flush(self) -> None:
+        """Block until every published record is durable."""
+
+    def poll(self, topic: str, group: str, max_records: int = 100, timeout_s: float = 0.0) -> list[Record]:
+        """Records after the group's position; repeated calls advance an uncommitted position."""
+
+    def commit(self, group: str, records: list[Record]) -> None:
+        """Mark records (and every earlier one in their partitions) as applied for the group."""
+
+    def rewind(self, topic: str, group: str) -> None:
+        """Forget the uncommitted position, so the next poll starts at the committed offset."""
+
+    def lag(self, topic: str, group: str) -> int:
+        """Records not yet committed by the group."""
+
+    def close(self) -> None: ...
+
+
+def dead_letter_value(record: Record, reason: str) -> bytes:
+    """A dead letter keeps the original bytes verbatim (as latin-1 text) beside the reason."""
+    import json
+
+    return json.dumps(
+        {
+            "reason": reason,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "key": record.key,
+            "value": record.value.decode("latin-1"),
+        }
+    ).encode()
