@@ -19,7 +19,11 @@ TOPIC_DLQ = "dlq"
 EVENT_TOPICS = (TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS)
 """Priority order: revocations and deletions are drained before document upserts."""
 
-_TOPIC_BY_KIND = {EventKind.UPSERT: TOPIC_DOCUMENTS, EventKind.ACL: TOPIC_ACL, EventKind.DELETE: TOPIC_DELETIONS}
+_TOPIC_BY_KIND = {
+    EventKind.UPSERT: TOPIC_DOCUMENTS,
+    EventKind.ACL: TOPIC_ACL,
+    EventKind.DELETE: TOPIC_DELETIONS,
+}
 
 
 def topic_for(event: Event) -> str:

@@ -1,0 +1,149 @@
+"""Embedded vector index: the Qdrant engine in-process through qdrant-edge-py.
+
+The permission filter is a Qdrant payload filter passed with the query, so the engine never
+scores a point the principal may not read; `score_threshold` is the dense ranker's floor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as q
+
+from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
+from indexer.ports import Hit, Vectors
+from schemas.passages import Passage
+from schemas.principal import AccessFilter
+
+_INDEXED_FIELDS = {
+    "tenant": q.PayloadSchemaType.Keyword,
+    "doc_id": q.PayloadSchemaType.Keyword,
+    "acl": q.PayloadSchemaType.Keyword,
+    "version": q.PayloadSchemaType.Integer,
+    "effective_from": q.PayloadSchemaType.Datetime,
+    "superseded_on": q.PayloadSchemaType.Datetime,
+}
+
+
+def _doc_filter(tenant: str, doc_id: str, *extra: Any) -> q.Filter:
+    return q.Filter(
+        must=[
+            q.FieldCondition("tenant", match=q.MatchValue(tenant)),
+            q.FieldCondition("doc_id", match=q.MatchValue(doc_id)),
+            *extra,
+        ]
+    )
+
+
+def access_filter(access: AccessFilter) -> q.Filter:
+    as_of = iso(access.as_of)
+    return q.Filter(
+        must=[
+            q.FieldCondition("tenant", match=q.MatchValue(access.tenant)),
+            q.FieldCondition("acl", match=q.MatchAny(list(access.entries))),
+            q.FieldCondition("effective_from", range=q.RangeDateTime(lte=as_of)),
+            q.Filter(
+                should=[
+                    q.IsEmptyCondition("superseded_on"),
+                    q.FieldCondition("superseded_on", range=q.RangeDateTime(gt=as_of)),
+                ]
+            ),
+        ]
+    )
+
+
+class EdgeVectorIndex:
+    name = "qdrant-edge"
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self._lock = threading.RLock()
+        if path.exists() and any(path.iterdir()):
+            self._shard = q.EdgeShard.load(str(path))
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            config = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine))
+            self._shard = q.EdgeShard.create(str(path), config)
+            for field_name, schema in _INDEXED_FIELDS.items():
+                self._shard.update(q.UpdateOperation.create_field_index(field_name, schema))
+        self.dim = dim
+
+    def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None:
+        if not passages:
+            return
+        if len(passages) != len(vectors):
+            raise ValueError("one vector per passage")
+        points = [
+            q.Point(point_id(p.tenant, p.passage_id), [float(x) for x in v], passage_to_doc(p))
+            for p, v in zip(passages, vectors, strict=True)
+        ]
+        with self._lock:
+            self._shard.update(q.UpdateOperation.upsert_points(points))
+            self._shard.flush()
+
+    def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
+        if passage_ids:
+            with self._lock:
+                self._shard.update(q.UpdateOperation.delete_points([point_id(tenant, p) for p in passage_ids]))
+                self._shard.flush()
+
+    def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
+        at = iso(superseded_on)
+        flt = _doc_filter(
+            tenant,
+            doc_id,
+            q.FieldCondition("version", range=q.RangeFloat(lt=float(before_version))),
+            q.Filter(
+                should=[
+                    q.IsEmptyCondition("superseded_on"),
+                    q.FieldCondition("superseded_on", range=q.RangeDateTime(gt=at)),
+                ]
+            ),
+        )
+        with self._lock:
+            self._shard.update(q.UpdateOperation.set_payload_by_filter(flt, {"superseded_on": at}))
+            self._shard.flush()
+
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+        with self._lock:
+            self._shard.update(q.UpdateOperation.set_payload_by_filter(_doc_filter(tenant, doc_id), {"acl": list(acl)}))
+            self._shard.flush()
+
+    def delete_doc(self, tenant: str, doc_id: str) -> None:
+        with self._lock:
+            self._shard.update(q.UpdateOperation.delete_points_by_filter(_doc_filter(tenant, doc_id)))
+            self._shard.flush()
+
+    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        if not access.entries or limit <= 0:
+            return []
+        request = q.QueryRequest(
+            limit=limit,
+            query=q.Query.Nearest([float(x) for x in vector.reshape(-1)]),
+            filter=access_filter(access),
+            score_threshold=floor,
+            with_payload=True,
+            with_vector=False,
+        )
+        with self._lock:
+            points = self._shard.query(request)
+        return [Hit(passage=doc_to_passage(dict(p.payload or {})), score=float(p.score)) for p in points]
+
+    def count(self, tenant: str, doc_id: str | None = None) -> int:
+        must: list[Any] = [q.FieldCondition("tenant", match=q.MatchValue(tenant))]
+        if doc_id is not None:
+            must.append(q.FieldCondition("doc_id", match=q.MatchValue(doc_id)))
+        with self._lock:
+            return int(self._shard.count(q.CountRequest(exact=True, filter=q.Filter(must=must))))
+
+    def optimize(self) -> None:
+        """Builds HNSW after a bulk load; queries are exact (and slower) until then."""
+        with self._lock:
+            self._shard.optimize()
+
+    def close(self) -> None:
+        with self._lock:
+            self._shard.close()

@@ -1,0 +1,206 @@
+"""The one place events change stores: upserts, revocations and deletions all go through here.
+
+Both profiles call IndexSink.apply, the embedded worker and the Faust agents alike. Every write
+is idempotent and versioned, and the document's state is written last, after every store
+confirmed; so a crash at any point followed by redelivery converges to the same state, and an
+event older than what was applied is ignored (a tombstone keeps a late upsert from resurrecting).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from indexer.chunker import CHUNKER_VERSION, chunk_document
+from indexer.ports import (
+    Cache,
+    DeletionAudit,
+    DeletionRecord,
+    DocState,
+    DocStateStore,
+    Embedder,
+    LexicalIndex,
+    VectorIndex,
+)
+from schemas._time import utcnow
+from schemas.events import AclPayload, DeletePayload, Event, UpsertPayload
+from schemas.passages import Passage, make_passage_id
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(StrEnum):
+    APPLIED = "applied"
+    STALE = "stale"
+
+
+@dataclass
+class ApplyResult:
+    outcome: Outcome
+    event: Event
+    passages_written: int = 0
+    passages_embedded: int = 0
+    cache_bumped: bool = False
+    lag_s: float = 0.0
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def embedding_text(passage: Passage) -> str:
+    """What the dense ranker reads: headings name the topic the body talks about."""
+    heading = " > ".join(h for h in (passage.title, *passage.heading_path) if h)
+    return f"{heading}\n{passage.text}" if heading else passage.text
+
+
+class IndexSink:
+    def __init__(
+        self,
+        lexical: LexicalIndex,
+        vector: VectorIndex | None,
+        embedder: Embedder | None,
+        docs: DocStateStore,
+        audit: DeletionAudit,
+        cache: Cache,
+        *,
+        max_chars: int = 1000,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.lexical = lexical
+        self.vector = vector if embedder is not None else None
+        self.embedder = embedder
+        self.docs = docs
+        self.audit = audit
+        self.cache = cache
+        self.max_chars = max_chars
+        self.clock = clock
+
+    def apply(self, event: Event) -> ApplyResult:
+        received_at = self.clock()
+        state = self.docs.get(event.tenant, event.doc_id)
+        if state is not None and event.version <= state.applied_version:
+            return ApplyResult(Outcome.STALE, event)
+        payload = event.payload
+        if isinstance(payload, UpsertPayload):
+            result = self._upsert(event, payload, state)
+        elif isinstance(payload, AclPayload):
+            result = self._acl(event, payload, state)
+        else:
+            result = self._delete(event, payload, state, received_at)
+        result.lag_s = (self.clock() - event.occurred_at).total_seconds()
+        return result
+
+    def passages_for(self, event: Event, payload: UpsertPayload) -> list[Passage]:
+        effective_from = payload.effective_from or event.occurred_at
+        return [
+            Passage(
+                passage_id=make_passage_id(event.doc_id, event.version, chunk.anchor),
+                doc_id=event.doc_id,
+                version=event.version,
+                anchor=chunk.anchor,
+                tenant=event.tenant,
+                acl=payload.acl,
+                effective_from=effective_from,
+                superseded_on=None,
+                heading_path=chunk.heading_path,
+                title=payload.title,
+                text=chunk.text,
+                source_url=payload.source_url,
+                chunker_version=CHUNKER_VERSION,
+            )
+            for chunk in chunk_document(
+                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
+            )
+        ]
+
+    def _upsert(self, event: Event, payload: UpsertPayload, state: DocState | None) -> ApplyResult:
+        passages = self.passages_for(event, payload)
+        result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
+        if self.vector is not None and self.embedder is not None:
+            vectors = self.embedder.embed([embedding_text(p) for p in passages])
+            result.passages_embedded = len(passages)
+            self.vector.upsert(passages, vectors)
+        self.lexical.upsert(passages)
+        effective_from = payload.effective_from or event.occurred_at
+        self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
+        acl_changed = state is not None and tuple(state.acl) != tuple(payload.acl)
+        if acl_changed:
+            # Older versions stay answerable as of their dates, so they must carry the new ACL too.
+            self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
+        if state is not None and state.deleted:
+            acl_changed = True  # a resurrected doc may be readable by others than before
+        if acl_changed:
+            self.cache.bump(event.tenant)
+            result.cache_bumped = True
+        self.docs.put(
+            DocState(
+                tenant=event.tenant,
+                doc_id=event.doc_id,
+                applied_version=event.version,
+                deleted=False,
+                acl=payload.acl,
+                content_version=event.version,
+                content_hash=payload.content_hash,
+                chunker_version=CHUNKER_VERSION,
+                passage_ids=[p.passage_id for p in passages],
+            )
+        )
+        return result
+
+    def _acl(self, event: Event, payload: AclPayload, state: DocState | None) -> ApplyResult:
+        self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
+        self.cache.bump(event.tenant)
+        new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
+        new_state.applied_version = event.version
+        new_state.acl = payload.acl
+        self.docs.put(new_state)
+        return ApplyResult(Outcome.APPLIED, event, cache_bumped=True)
+
+    def _delete(
+        self, event: Event, payload: DeletePayload, state: DocState | None, received_at: datetime
+    ) -> ApplyResult:
+        removed = self.lexical.count(event.tenant, event.doc_id)
+        removed_at: dict[str, datetime] = {}
+        self.lexical.delete_doc(event.tenant, event.doc_id)
+        removed_at[self.lexical.name] = self.clock()
+        if self.vector is not None:
+            self.vector.delete_doc(event.tenant, event.doc_id)
+            removed_at[self.vector.name] = self.clock()
+        self.cache.bump(event.tenant)
+        invalidated_at = self.clock()
+        self.audit.append(
+            DeletionRecord(
+                event_id=event.event_id,
+                tenant=event.tenant,
+                doc_id=event.doc_id,
+                version=event.version,
+                received_at=received_at,
+                removed_at=removed_at,
+                cache_invalidated_at=invalidated_at,
+                passages_removed=removed,
+            )
+        )
+        self.docs.put(
+            DocState(
+                tenant=event.tenant,
+                doc_id=event.doc_id,
+                applied_version=event.version,
+                deleted=True,
+                acl=state.acl if state else (),
+            )
+        )
+        log.info(
+            "deleted %s/%s v%d (%s): %d passages",
+            event.tenant,
+            event.doc_id,
+            event.version,
+            payload.reason,
+            removed,
+        )
+        return ApplyResult(Outcome.APPLIED, event, cache_bumped=True)
+
+    def _each_store(self, action: Callable[[LexicalIndex | VectorIndex], None]) -> None:
+        action(self.lexical)
+        if self.vector is not None:
+            action(self.vector)

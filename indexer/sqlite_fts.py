@@ -1,0 +1,250 @@
+"""Embedded lexical index: SQLite FTS5 with bm25(), one FTS table per tenant.
+
+One FTS table per tenant keeps BM25's collection statistics (document frequencies, average
+length) from mixing tenants, the same reason the Elasticsearch adapter keeps one index per
+tenant. The permission filter is part of the same SQL statement as MATCH, so a denied row is
+never returned or cached; it only contributes to its own tenant's statistics, as in any index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from indexer.ports import Hit
+from indexer.text import query_terms
+from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.passages import Passage
+from schemas.principal import AccessFilter
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS passages (
+    rid INTEGER PRIMARY KEY,
+    passage_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    anchor TEXT NOT NULL,
+    acl TEXT NOT NULL,
+    effective_ms INTEGER NOT NULL,
+    superseded_ms INTEGER,
+    heading_path TEXT NOT NULL,
+    title TEXT NOT NULL,
+    text TEXT NOT NULL,
+    source_url TEXT NOT NULL,
+    chunker_version TEXT NOT NULL,
+    UNIQUE (tenant, passage_id)
+);
+CREATE INDEX IF NOT EXISTS passages_doc ON passages(tenant, doc_id, version);
+CREATE TABLE IF NOT EXISTS passage_acl (
+    rid INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (rid, entry)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
+"""
+
+HEADING_WEIGHT = 2.0
+"""bm25() column weight of the heading path against 1.0 for the body: headings name the topic."""
+
+
+def _fts_name(tenant: str) -> str:
+    return "fts_" + hashlib.sha1(tenant.encode()).hexdigest()[:16]
+
+
+def _match_expression(query: str) -> str | None:
+    """Each word quoted and OR-ed: user text can never become FTS5 syntax (NEAR, column:, *)."""
+    terms = query_terms(query)
+    if not terms:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+class SqliteLexicalIndex:
+    name = "sqlite-fts5"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.RLock()
+
+    def _fts(self, tenant: str, create: bool) -> str | None:
+        name = _fts_name(tenant)
+        row = self._conn.execute("SELECT name FROM fts_tables WHERE tenant = ?", (tenant,)).fetchone()
+        if row:
+            return str(row[0])
+        if not create:
+            return None
+        self._conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(heading, text, tokenize='porter unicode61')"
+        )
+        self._conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
+        return name
+
+    def upsert(self, passages: Sequence[Passage]) -> None:
+        if not passages:
+            return
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for p in passages:
+                    fts = self._fts(p.tenant, create=True)
+                    self._delete_rows(p.tenant, fts, "passage_id = ?", (p.passage_id,))
+                    cur = self._conn.execute(
+                        "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, effective_ms,"
+                        " superseded_ms, heading_path, title, text, source_url, chunker_version)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            p.passage_id,
+                            p.tenant,
+                            p.doc_id,
+                            p.version,
+                            p.anchor,
+                            json.dumps(list(p.acl)),
+                            to_epoch_ms(p.effective_from),
+                            to_epoch_ms(p.superseded_on) if p.superseded_on else None,
+                            json.dumps(list(p.heading_path)),
+                            p.title,
+                            p.text,
+                            p.source_url,
+                            p.chunker_version,
+                        ),
+                    )
+                    rid = cur.lastrowid
+                    self._conn.executemany(
+                        "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(p.acl)]
+                    )
+                    self._conn.execute(
+                        f"INSERT INTO {fts}(rowid, heading, text) VALUES (?, ?, ?)",
+                        (rid, " ".join((p.title, *p.heading_path)), p.text),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def _delete_rows(self, tenant: str, fts: str | None, where: str, args: tuple[object, ...]) -> int:
+        rids = [
+            r[0] for r in self._conn.execute(f"SELECT rid FROM passages WHERE tenant = ? AND {where}", (tenant, *args))
+        ]
+        for rid in rids:
+            if fts:
+                self._conn.execute(f"DELETE FROM {fts} WHERE rowid = ?", (rid,))
+            self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
+            self._conn.execute("DELETE FROM passages WHERE rid = ?", (rid,))
+        return len(rids)
+
+    def _delete_where(self, tenant: str, where: str, args_list: Sequence[tuple[object, ...]]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                fts = self._fts(tenant, create=False)
+                for args in args_list:
+                    self._delete_rows(tenant, fts, where, args)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
+        self._delete_where(tenant, "passage_id = ?", [(pid,) for pid in passage_ids])
+
+    def delete_doc(self, tenant: str, doc_id: str) -> None:
+        self._delete_where(tenant, "doc_id = ?", [(doc_id,)])
+
+    def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
+        ms = to_epoch_ms(superseded_on)
+        with self._lock:
+            self._conn.execute(
+                "UPDATE passages SET superseded_ms = ? WHERE tenant = ? AND doc_id = ? AND version < ?"
+                " AND (superseded_ms IS NULL OR superseded_ms > ?)",
+                (ms, tenant, doc_id, before_version, ms),
+            )
+
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                rids = [
+                    r[0]
+                    for r in self._conn.execute(
+                        "SELECT rid FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+                    )
+                ]
+                self._conn.execute(
+                    "UPDATE passages SET acl = ? WHERE tenant = ? AND doc_id = ?",
+                    (json.dumps(list(acl)), tenant, doc_id),
+                )
+                for rid in rids:
+                    self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
+                    self._conn.executemany(
+                        "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(acl)]
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        expression = _match_expression(query)
+        if expression is None or not access.entries or limit <= 0:
+            return []
+        with self._lock:
+            fts = self._fts(access.tenant, create=False)
+            if fts is None:
+                return []
+            as_of = to_epoch_ms(access.as_of)
+            marks = ",".join("?" for _ in access.entries)
+            sql = (
+                "SELECT * FROM ("
+                f" SELECT p.*, -bm25({fts}, {HEADING_WEIGHT}, 1.0) AS score"
+                f" FROM {fts} JOIN passages p ON p.rid = {fts}.rowid"
+                f" WHERE {fts} MATCH ? AND p.tenant = ?"
+                " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
+                f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({marks}))"
+                ") WHERE score >= ? ORDER BY score DESC, passage_id LIMIT ?"
+            )
+            cur = self._conn.execute(sql, (expression, access.tenant, as_of, as_of, *access.entries, floor, limit))
+            cols = [d[0] for d in cur.description]
+            return [self._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
+
+    @staticmethod
+    def _hit(row: dict[str, object]) -> Hit:
+        superseded = row["superseded_ms"]
+        passage = Passage(
+            passage_id=str(row["passage_id"]),
+            doc_id=str(row["doc_id"]),
+            version=int(str(row["version"])),
+            anchor=str(row["anchor"]),
+            tenant=str(row["tenant"]),
+            acl=tuple(json.loads(str(row["acl"]))),
+            effective_from=from_epoch_ms(int(str(row["effective_ms"]))),
+            superseded_on=from_epoch_ms(int(str(superseded))) if superseded is not None else None,
+            heading_path=tuple(json.loads(str(row["heading_path"]))),
+            title=str(row["title"]),
+            text=str(row["text"]),
+            source_url=str(row["source_url"]),
+            chunker_version=str(row["chunker_version"]),
+        )
+        return Hit(passage=passage, score=float(str(row["score"])))
+
+    def count(self, tenant: str, doc_id: str | None = None) -> int:
+        with self._lock:
+            if doc_id is None:
+                row = self._conn.execute("SELECT COUNT(*) FROM passages WHERE tenant = ?", (tenant,)).fetchone()
+            else:
+                row = self._conn.execute(
+                    "SELECT COUNT(*) FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
+                ).fetchone()
+            return int(row[0])
+
+    def close(self) -> None:
+        self._conn.close()

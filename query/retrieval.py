@@ -1,0 +1,123 @@
+"""Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF.
+
+The AccessFilter goes into each store's own query; nothing here sees a passage the principal
+may not read. Results are cached under a key of tenant, user, sorted groups, query, as-of and
+the tenant's generation, so a revocation (generation bump) makes every older entry unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from indexer.cache import cache_key
+from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
+from query.rrf import RRF_K, fuse
+from schemas.passages import Passage
+from schemas.principal import AccessFilter, Principal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    k: int = 8
+    candidates: int = 50
+    bm25_floor: float = 0.0
+    dense_floor: float = 0.30
+    rrf_k: int = RRF_K
+    cache_ttl_s: float = 60.0
+
+
+@dataclass
+class Retrieval:
+    passages: list[Passage]
+    lexical_ids: list[str] = field(default_factory=list)
+    dense_ids: list[str] = field(default_factory=list)
+    fused: list[tuple[str, float]] = field(default_factory=list)
+    cached: bool = False
+    elapsed_ms: float = 0.0
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "passages": [p.model_dump(mode="json") for p in self.passages],
+                "lexical_ids": self.lexical_ids,
+                "dense_ids": self.dense_ids,
+                "fused": self.fused,
+            }
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Retrieval:
+        data = json.loads(raw)
+        return cls(
+            passages=[Passage.model_validate(p) for p in data["passages"]],
+            lexical_ids=data["lexical_ids"],
+            dense_ids=data["dense_ids"],
+            fused=[(i, s) for i, s in data["fused"]],
+            cached=True,
+        )
+
+
+class Retriever:
+    def __init__(
+        self,
+        lexical: LexicalIndex,
+        vector: VectorIndex | None,
+        embedder: Embedder | None,
+        cache: Cache | None,
+        settings: RetrievalSettings | None = None,
+    ) -> None:
+        self.lexical = lexical
+        self.vector = vector if embedder is not None else None
+        self.embedder = embedder
+        self.cache = cache
+        self.settings = settings or RetrievalSettings()
+
+    @property
+    def dense_enabled(self) -> bool:
+        return self.vector is not None and self.embedder is not None
+
+    def lexical_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
+        return self.lexical.search(query, access, limit or self.settings.candidates, self.settings.bm25_floor)
+
+    def dense_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
+        if self.vector is None or self.embedder is None:
+            return []
+        vector = self.embedder.embed_query(query)
+        return self.vector.search(vector, access, limit or self.settings.candidates, self.settings.dense_floor)
+
+    def search(self, principal: Principal, query: str, as_of: datetime, k: int | None = None) -> Retrieval:
+        started = time.perf_counter()
+        top = k or self.settings.k
+        access = AccessFilter.for_principal(principal, as_of)
+        key = None
+        if self.cache is not None:
+            key = cache_key(principal, query, access.as_of, self.cache.generation(principal.tenant), top)
+            raw = self.cache.get(key)
+            if raw is not None:
+                hit = Retrieval.from_json(raw)
+                hit.elapsed_ms = (time.perf_counter() - started) * 1000
+                return hit
+        lexical = self.lexical_hits(query, access)
+        dense = self.dense_hits(query, access)
+        by_id: dict[str, Passage] = {}
+        for h in (*lexical, *dense):
+            by_id.setdefault(h.passage.passage_id, h.passage)
+        lexical_ids = [h.passage.passage_id for h in lexical]
+        dense_ids = [h.passage.passage_id for h in dense]
+        fused = fuse([lexical_ids, dense_ids], k=self.settings.rrf_k, top=top)
+        result = Retrieval(
+            passages=[by_id[pid] for pid, _ in fused],
+            lexical_ids=lexical_ids,
+            dense_ids=dense_ids,
+            fused=fused,
+        )
+        if self.cache is not None and key is not None:
+            self.cache.set(key, result.to_json(), self.settings.cache_ttl_s)
+        result.elapsed_ms = (time.perf_counter() - started) * 1000
+        return result

@@ -1,0 +1,87 @@
+"""Record -> validated event -> sink, shared by the embedded worker and the Faust agents.
+
+A record that fails validation is dead-lettered with the reason and committed, so one bad
+event never blocks its topic; a store error is *not* caught here: the caller retries and the
+offset stays uncommitted until the write is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from indexer.sink import ApplyResult, IndexSink, Outcome
+from schemas.events import Event, EventKind
+from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS, Record
+
+log = logging.getLogger(__name__)
+
+_KIND_BY_TOPIC = {
+    TOPIC_DOCUMENTS: EventKind.UPSERT,
+    TOPIC_ACL: EventKind.ACL,
+    TOPIC_DELETIONS: EventKind.DELETE,
+}
+
+
+class InvalidEvent(ValueError):
+    pass
+
+
+def decode(record: Record) -> Event:
+    try:
+        event = Event.model_validate_json(record.value)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors())
+        raise InvalidEvent(f"invalid event: {problems}"[:2000]) from exc
+    expected = _KIND_BY_TOPIC.get(record.topic.rsplit(".", 1)[-1])
+    if expected is not None and event.kind != expected:
+        raise InvalidEvent(f"{event.kind.value} event on the {record.topic} topic")
+    if record.key and record.key != event.key:
+        raise InvalidEvent(f"record key {record.key!r} does not match event key {event.key!r}")
+    return event
+
+
+@dataclass
+class Stats:
+    applied: int = 0
+    stale: int = 0
+    dead_lettered: int = 0
+    passages_written: int = 0
+    passages_embedded: int = 0
+    max_revocation_lag_s: float = 0.0
+    by_topic: dict[str, int] = field(default_factory=dict)
+
+    def add(self, topic: str, result: ApplyResult) -> None:
+        self.by_topic[topic] = self.by_topic.get(topic, 0) + 1
+        if result.outcome is Outcome.STALE:
+            self.stale += 1
+            return
+        self.applied += 1
+        self.passages_written += result.passages_written
+        self.passages_embedded += result.passages_embedded
+        if result.event.kind in (EventKind.ACL, EventKind.DELETE):
+            self.max_revocation_lag_s = max(self.max_revocation_lag_s, result.lag_s)
+
+
+def handle(sink: IndexSink, record: Record, stats: Stats, revocation_bound_s: float) -> str | None:
+    """Apply one record; return a dead-letter reason instead of raising for invalid input."""
+    try:
+        event = decode(record)
+    except InvalidEvent as exc:
+        stats.dead_lettered += 1
+        log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, exc)
+        return str(exc)
+    result = sink.apply(event)
+    stats.add(record.topic, result)
+    if event.kind in (EventKind.ACL, EventKind.DELETE) and result.lag_s > revocation_bound_s:
+        log.warning(
+            "%s of %s/%s applied %.1fs after it occurred (bound %.1fs)",
+            event.kind.value,
+            event.tenant,
+            event.doc_id,
+            result.lag_s,
+            revocation_bound_s,
+        )
+    return None
