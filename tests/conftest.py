@@ -1,0 +1,220 @@
+"""Shared fixtures. Every adapter of a port is a parameter of that port's one contract suite.
+
+Cluster adapters need the real local services (compose/local/services up). Where a service is
+not reachable they are skipped, unless RAGSYNC_REQUIRE_SERVICES=1 (CI sets it), which turns a
+missing service into a failure so a green run always means the real stores were tested.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from schemas.passages import Passage, make_passage_id
+
+MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
+if not (MODEL_PATH / "model.onnx").is_file():
+    MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
+
+SERVICES = {"kafka": ("127.0.0.1", 9092), "elasticsearch": ("127.0.0.1", 9200), "redis": ("127.0.0.1", 6379)}
+
+
+def service_up(name: str) -> bool:
+    host, port = SERVICES[name]
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str) -> None:
+    if service_up(name):
+        return
+    message = f"{name} is not running on {SERVICES[name][0]}:{SERVICES[name][1]} (compose/local/services up {name})"
+    if os.environ.get("RAGSYNC_REQUIRE_SERVICES") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def make_passage(
+    text: str,
+    *,
+    tenant: str = "acme",
+    doc_id: str = "doc.md",
+    version: int = 1,
+    anchor: str = "root-1",
+    acl: tuple[str, ...] = ("group:staff",),
+    effective_from: datetime | None = None,
+    superseded_on: datetime | None = None,
+    heading_path: tuple[str, ...] = (),
+) -> Passage:
+    return Passage(
+        passage_id=make_passage_id(doc_id, version, anchor),
+        doc_id=doc_id,
+        version=version,
+        anchor=anchor,
+        tenant=tenant,
+        acl=acl,
+        effective_from=effective_from or NOW - timedelta(days=30),
+        superseded_on=superseded_on,
+        heading_path=heading_path,
+        title="",
+        text=text,
+        source_url=f"file:///{doc_id}",
+        chunker_version="test",
+    )
+
+
+# ---- lexical adapters -------------------------------------------------------------------------
+
+def _sqlite_lexical(tmp: Path) -> Any:
+    from indexer.sqlite_fts import SqliteLexicalIndex
+
+    return SqliteLexicalIndex(tmp / "lexical.db")
+
+
+def _elastic_lexical(tmp: Path) -> Any:
+    require_service("elasticsearch")
+    from indexer.elastic import ElasticLexicalIndex
+
+    return ElasticLexicalIndex("http://127.0.0.1:9200", prefix=unique("ragsync-test-"))
+
+
+LEXICAL_FACTORIES: dict[str, Callable[[Path], Any]] = {
+    "sqlite-fts5": _sqlite_lexical,
+    "elasticsearch": _elastic_lexical,
+}
+
+
+@pytest.fixture(params=list(LEXICAL_FACTORIES))
+def lexical_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    index = LEXICAL_FACTORIES[request.param](tmp_path)
+    yield index
+    drop = getattr(index, "drop_all", None)
+    if drop:
+        drop()
+    index.close()
+
+
+# ---- vector adapters --------------------------------------------------------------------------
+
+DIM = 8
+
+
+def _edge_vector(tmp: Path) -> Any:
+    from indexer.qdrant_edge import EdgeVectorIndex
+
+    return EdgeVectorIndex(tmp / "vectors", DIM)
+
+
+def _qdrant_local_vector(tmp: Path) -> Any:
+    from qdrant_client import QdrantClient
+
+    from indexer.qdrant_server import QdrantVectorIndex
+
+    return QdrantVectorIndex(QdrantClient(path=str(tmp / "qdrant-local")), DIM, collection=unique("passages_"))
+
+
+VECTOR_FACTORIES: dict[str, Callable[[Path], Any]] = {
+    "qdrant-edge": _edge_vector,
+    "qdrant-client-local": _qdrant_local_vector,
+}
+
+
+@pytest.fixture(params=list(VECTOR_FACTORIES))
+def vector_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    index = VECTOR_FACTORIES[request.param](tmp_path)
+    yield index
+    index.close()
+
+
+def unit(*values: float) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(values)] = values
+    return v / np.linalg.norm(v)
+
+
+# ---- caches -----------------------------------------------------------------------------------
+
+def _memory_cache(tmp: Path) -> Any:
+    from indexer.cache import InProcessCache
+
+    return InProcessCache()
+
+
+def _sqlite_generation_cache(tmp: Path) -> Any:
+    from indexer.cache import InProcessCache
+    from indexer.state import SqliteGenerations
+
+    return InProcessCache(generations=SqliteGenerations(tmp / "state.db"))
+
+
+def _redis_cache(tmp: Path) -> Any:
+    require_service("redis")
+    from indexer.redis_cache import RedisCache
+
+    return RedisCache("redis://127.0.0.1:6379/0", namespace=unique("t"))
+
+
+CACHE_FACTORIES: dict[str, Callable[[Path], Any]] = {
+    "in-process": _memory_cache,
+    "in-process+sqlite-generations": _sqlite_generation_cache,
+    "redis": _redis_cache,
+}
+
+
+@pytest.fixture(params=list(CACHE_FACTORIES))
+def cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    c = CACHE_FACTORIES[request.param](tmp_path)
+    yield c
+    c.close()
+
+
+# ---- event logs -------------------------------------------------------------------------------
+
+def _sqlite_log(tmp: Path) -> Any:
+    from streams.sqlite_log import SqliteEventLog
+
+    return SqliteEventLog(tmp / "events.db")
+
+
+def _kafka_log(tmp: Path) -> Any:
+    require_service("kafka")
+    from streams.kafka_log import KafkaEventLog
+
+    return KafkaEventLog("127.0.0.1:9092", topic_prefix=unique("t") + ".", partitions=3)
+
+
+LOG_FACTORIES: dict[str, Callable[[Path], Any]] = {"sqlite": _sqlite_log, "kafka": _kafka_log}
+
+
+@pytest.fixture(params=list(LOG_FACTORIES))
+def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    log = LOG_FACTORIES[request.param](tmp_path)
+    yield log
+    log.close()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    from indexer.embedder import FastEmbedder
+
+    if not (MODEL_PATH / "model.onnx").is_file():
+        pytest.skip(f"no embedding model at {MODEL_PATH}")
+    return FastEmbedder(MODEL_PATH)

@@ -1,0 +1,152 @@
+"""LexicalIndex contract: every adapter (SQLite FTS5, Elasticsearch) must pass all of it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from conftest import NOW, make_passage
+
+from schemas.principal import AccessFilter
+
+STAFF = AccessFilter("acme", ("group:staff", "user:ann"), NOW)
+
+
+def ids(hits: list[Any]) -> list[str]:
+    return [h.passage.passage_id for h in hits]
+
+
+def test_finds_by_terms_and_heading(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Refunds are paid within 14 days of the request.", anchor="a-1"),
+            make_passage("The cafeteria opens at 8 in the morning.", anchor="b-1"),
+            make_passage("Paid within thirty days.", anchor="c-1", heading_path=("Invoices",)),
+        ]
+    )
+    hits = lexical_index.search("refund request", STAFF, 10, 0.0)
+    assert ids(hits)[0] == "doc.md@1#a-1"
+    assert "doc.md@1#b-1" not in ids(hits)
+    assert ids(lexical_index.search("invoices", STAFF, 10, 0.0)) == ["doc.md@1#c-1"]
+    assert hits[0].passage.text.startswith("Refunds are paid")
+
+
+def test_tenant_isolation_with_identical_text(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Secret merger plan for project falcon.", tenant="acme", anchor="x-1"),
+            make_passage("Secret merger plan for project falcon.", tenant="globex", anchor="x-1"),
+        ]
+    )
+    acme = lexical_index.search("merger falcon", STAFF, 10, 0.0)
+    assert [h.passage.tenant for h in acme] == ["acme"]
+    globex = lexical_index.search("merger falcon", AccessFilter("globex", ("group:staff",), NOW), 10, 0.0)
+    assert [h.passage.tenant for h in globex] == ["globex"]
+    assert lexical_index.count("acme") == 1 and lexical_index.count("globex") == 1
+
+
+def test_acl_filter_and_empty_acl_fails_closed(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Salary bands for engineers.", acl=("group:hr",), anchor="hr-1"),
+            make_passage("Salary bands for managers.", acl=("user:ann",), anchor="ann-1"),
+            make_passage("Salary bands for nobody.", acl=(), anchor="none-1"),
+        ]
+    )
+    assert ids(lexical_index.search("salary bands", STAFF, 10, 0.0)) == ["doc.md@1#ann-1"]
+    hr = AccessFilter("acme", ("group:hr", "user:bob"), NOW)
+    assert ids(lexical_index.search("salary bands", hr, 10, 0.0)) == ["doc.md@1#hr-1"]
+    assert lexical_index.search("salary bands", AccessFilter("acme", (), NOW), 10, 0.0) == []
+
+
+def test_effective_dates_and_as_of(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Travel allowance is 50 euros.", version=1, anchor="t-1",
+                         effective_from=NOW - timedelta(days=10), superseded_on=NOW - timedelta(days=1)),
+            make_passage("Travel allowance is 70 euros.", version=2, anchor="t-1",
+                         effective_from=NOW - timedelta(days=1)),
+            make_passage("Travel allowance is 90 euros.", version=3, anchor="t-1",
+                         effective_from=NOW + timedelta(days=5)),
+        ]
+    )
+    now_hits = ids(lexical_index.search("travel allowance", STAFF, 10, 0.0))
+    assert now_hits == ["doc.md@2#t-1"]
+    past = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=5))
+    assert ids(lexical_index.search("travel allowance", past, 10, 0.0)) == ["doc.md@1#t-1"]
+    boundary = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=1))
+    assert ids(lexical_index.search("travel allowance", boundary, 10, 0.0)) == ["doc.md@2#t-1"]
+    future = AccessFilter("acme", STAFF.entries, NOW + timedelta(days=6))
+    assert ids(lexical_index.search("travel allowance", future, 10, 0.0)) == ["doc.md@2#t-1", "doc.md@3#t-1"]
+
+
+def test_supersede_keeps_old_versions_answerable_as_of_their_dates(lexical_index: Any) -> None:
+    lexical_index.upsert([make_passage("Laptops are replaced every 3 years.", version=1, anchor="l-1",
+                                       effective_from=NOW - timedelta(days=100))])
+    lexical_index.upsert([make_passage("Laptops are replaced every 4 years.", version=2, anchor="l-1",
+                                       effective_from=NOW - timedelta(days=10))])
+    lexical_index.supersede("acme", "doc.md", 2, NOW - timedelta(days=10))
+    assert ids(lexical_index.search("laptops replaced", STAFF, 10, 0.0)) == ["doc.md@2#l-1"]
+    old = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=50))
+    assert ids(lexical_index.search("laptops replaced", old, 10, 0.0)) == ["doc.md@1#l-1"]
+    assert lexical_index.count("acme", "doc.md") == 2
+    # A later supersede with an earlier instant tightens; one with a later instant does not reopen.
+    lexical_index.supersede("acme", "doc.md", 2, NOW)
+    assert ids(lexical_index.search("laptops replaced", STAFF, 10, 0.0)) == ["doc.md@2#l-1"]
+
+
+def test_revocation_and_deletion_visible_to_next_query(lexical_index: Any) -> None:
+    lexical_index.upsert([make_passage("Quarterly numbers are confidential.", anchor="q-1"),
+                          make_passage("Quarterly numbers are discussed on Monday.", doc_id="other.md", anchor="q-1")])
+    assert len(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == 2
+    lexical_index.set_acl("acme", "doc.md", ["group:board"])
+    assert ids(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == ["other.md@1#q-1"]
+    board = AccessFilter("acme", ("group:board",), NOW)
+    assert ids(lexical_index.search("quarterly numbers", board, 10, 0.0)) == ["doc.md@1#q-1"]
+    lexical_index.delete_doc("acme", "other.md")
+    assert lexical_index.search("quarterly numbers", STAFF, 10, 0.0) == []
+    assert lexical_index.count("acme", "other.md") == 0
+
+
+def test_upsert_is_idempotent_and_delete_passages(lexical_index: Any) -> None:
+    p = make_passage("Parking permits are issued by facilities.", anchor="p-1")
+    lexical_index.upsert([p])
+    lexical_index.upsert([p])
+    assert lexical_index.count("acme") == 1
+    lexical_index.upsert([make_passage("Parking permits are issued by security.", anchor="p-1")])
+    hits = lexical_index.search("parking permits", STAFF, 10, 0.0)
+    assert len(hits) == 1 and "security" in hits[0].passage.text
+    lexical_index.delete_passages("acme", ["doc.md@1#p-1"])
+    assert lexical_index.count("acme") == 0
+
+
+def test_floor_drops_weak_hits(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [make_passage(f"Filler passage number {i} about gardening and plants.", anchor=f"f-{i}") for i in range(8)]
+        + [make_passage("Kubernetes upgrade runbook for kubernetes clusters.", anchor="k-1")]
+    )
+    hits = lexical_index.search("kubernetes gardening", STAFF, 20, 0.0)
+    assert len(hits) == 9
+    top = hits[0].score
+    assert ids(hits)[0] == "doc.md@1#k-1"
+    floored = lexical_index.search("kubernetes gardening", STAFF, 20, top * 0.99)
+    assert ids(floored) == ["doc.md@1#k-1"]
+    assert lexical_index.search("kubernetes", STAFF, 20, top * 100) == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["tenant:globex", "*", "acl:*", 'text:"x" OR tenant:globex', "(a OR b) AND NOT c~2 ^3 [x TO y]",
+     "NEAR(a b)", "\"unbalanced", "{}[]()\\/:!", "x" * 10_000, "falcon " * 2000],
+)
+def test_adversarial_queries_neither_error_nor_widen_scope(lexical_index: Any, query: str) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Project falcon tenant globex acl staff.", tenant="globex", anchor="g-1"),
+            make_passage("Project falcon restricted.", acl=("group:board",), anchor="b-1"),
+            make_passage("Project falcon open notes.", anchor="o-1"),
+        ]
+    )
+    hits = lexical_index.search(query, STAFF, 10, 0.0)
+    assert all(h.passage.tenant == "acme" and "group:staff" in h.passage.acl for h in hits)

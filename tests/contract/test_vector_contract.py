@@ -1,0 +1,89 @@
+"""VectorIndex contract: qdrant-edge (embedded) and the Qdrant server adapter (qdrant-client)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from conftest import NOW, make_passage, unit
+
+from schemas.principal import AccessFilter
+
+STAFF = AccessFilter("acme", ("group:staff", "user:ann"), NOW)
+
+
+def ids(hits: list[Any]) -> list[str]:
+    return [h.passage.passage_id for h in hits]
+
+
+def test_nearest_first_with_payload(vector_index: Any) -> None:
+    vector_index.upsert(
+        [make_passage("east", anchor="e-1"), make_passage("north", anchor="n-1")],
+        np.stack([unit(1, 0), unit(0, 1)]),
+    )
+    hits = vector_index.search(unit(1, 0.1), STAFF, 10, 0.0)
+    assert ids(hits) == ["doc.md@1#e-1", "doc.md@1#n-1"]
+    assert hits[0].passage.text == "east" and hits[0].score > hits[1].score
+    assert hits[0].passage.effective_from == NOW - timedelta(days=30)
+
+
+def test_tenant_and_acl_filter_inside_query(vector_index: Any) -> None:
+    vector_index.upsert(
+        [
+            make_passage("a", tenant="globex", anchor="g-1"),
+            make_passage("b", acl=("group:board",), anchor="b-1"),
+            make_passage("c", acl=(), anchor="none-1"),
+            make_passage("d", anchor="s-1"),
+        ],
+        np.stack([unit(1, 0), unit(1, 0.01), unit(1, 0.02), unit(0.1, 1)]),
+    )
+    # The three nearest are all denied; the store must still return the permitted one.
+    assert ids(vector_index.search(unit(1, 0), STAFF, 1, 0.0)) == ["doc.md@1#s-1"]
+    assert vector_index.search(unit(1, 0), AccessFilter("acme", (), NOW), 10, 0.0) == []
+    assert ids(vector_index.search(unit(1, 0), AccessFilter("globex", ("group:staff",), NOW), 10, 0.0)) == [
+        "doc.md@1#g-1"
+    ]
+
+
+def test_dates_supersede_and_as_of(vector_index: Any) -> None:
+    vector_index.upsert([make_passage("v1", version=1, anchor="t-1", effective_from=NOW - timedelta(days=100))],
+                        np.stack([unit(1, 0)]))
+    vector_index.upsert([make_passage("v2", version=2, anchor="t-1", effective_from=NOW - timedelta(days=10))],
+                        np.stack([unit(1, 0)]))
+    vector_index.upsert([make_passage("v3", version=3, anchor="t-1", effective_from=NOW + timedelta(days=10))],
+                        np.stack([unit(1, 0)]))
+    vector_index.supersede("acme", "doc.md", 2, NOW - timedelta(days=10))
+    assert ids(vector_index.search(unit(1, 0), STAFF, 10, 0.0)) == ["doc.md@2#t-1"]
+    old = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=50))
+    assert ids(vector_index.search(unit(1, 0), old, 10, 0.0)) == ["doc.md@1#t-1"]
+    later = AccessFilter("acme", STAFF.entries, NOW + timedelta(days=11))
+    assert sorted(ids(vector_index.search(unit(1, 0), later, 10, 0.0))) == ["doc.md@2#t-1", "doc.md@3#t-1"]
+    assert vector_index.count("acme", "doc.md") == 3
+
+
+def test_acl_replacement_delete_and_floor(vector_index: Any) -> None:
+    vector_index.upsert(
+        [make_passage("x", anchor="x-1"), make_passage("y", doc_id="y.md", anchor="y-1")],
+        np.stack([unit(1, 0), unit(0.1, 1)]),
+    )
+    vector_index.set_acl("acme", "doc.md", ["group:board"])
+    assert ids(vector_index.search(unit(1, 0), STAFF, 10, 0.0)) == ["y.md@1#y-1"]
+    assert ids(vector_index.search(unit(1, 0), AccessFilter("acme", ("group:board",), NOW), 10, 0.0)) == [
+        "doc.md@1#x-1"
+    ]
+    # Floor: a cosine of about 0.1 is below a 0.5 floor.
+    assert ids(vector_index.search(unit(1, 0), STAFF, 10, 0.5)) == []
+    assert ids(vector_index.search(unit(0, 1), STAFF, 10, 0.5)) == ["y.md@1#y-1"]
+    vector_index.delete_doc("acme", "y.md")
+    assert vector_index.count("acme", "y.md") == 0
+    assert vector_index.search(unit(0, 1), STAFF, 10, 0.0) == []
+    vector_index.delete_passages("acme", ["doc.md@1#x-1"])
+    assert vector_index.count("acme") == 0
+
+
+def test_upsert_idempotent(vector_index: Any) -> None:
+    p = make_passage("same", anchor="s-1")
+    vector_index.upsert([p], np.stack([unit(1, 0)]))
+    vector_index.upsert([p], np.stack([unit(1, 0)]))
+    assert vector_index.count("acme") == 1
