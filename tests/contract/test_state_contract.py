@@ -1,0 +1,73 @@
+"""DocStateStore and DeletionAudit contracts: SQLite (embedded) and Elasticsearch (cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import NOW, require_service, unique
+
+from indexer.ports import DeletionRecord, DocState
+
+
+def _sqlite_states(tmp: Path) -> tuple[Any, Any]:
+    from indexer.state import SqliteDeletionAudit, SqliteDocStates
+
+    return SqliteDocStates(tmp / "state.db"), SqliteDeletionAudit(tmp / "state.db")
+
+
+def _elastic_states(tmp: Path) -> tuple[Any, Any]:
+    require_service("elasticsearch")
+    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+
+    prefix = unique("ragsync-test-")
+    return (ElasticDocStates("http://127.0.0.1:9200", prefix=prefix),
+            ElasticDeletionAudit("http://127.0.0.1:9200", prefix=prefix))
+
+
+FACTORIES: dict[str, Callable[[Path], tuple[Any, Any]]] = {"sqlite": _sqlite_states, "elasticsearch": _elastic_states}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    docs, audit = FACTORIES[request.param](tmp_path)
+    yield docs, audit
+    for s in (docs, audit):
+        drop = getattr(s, "drop_all", None)
+        if drop:
+            drop()
+        s.close()
+
+
+def test_doc_state_round_trip_and_overwrite(stores: tuple[Any, Any]) -> None:
+    docs, _ = stores
+    assert docs.get("acme", "a.md") is None
+    state = DocState(tenant="acme", doc_id="a.md", applied_version=3, acl=("group:x",), content_version=3,
+                     content_hash="h" * 16, chunker_version="c1", passage_ids=["a.md@3#r-1", "a.md@3#r-2"])
+    docs.put(state)
+    assert docs.get("acme", "a.md") == state
+    assert docs.get("globex", "a.md") is None
+    docs.put(DocState(tenant="acme", doc_id="a.md", applied_version=4, deleted=True, acl=("group:x",)))
+    got = docs.get("acme", "a.md")
+    assert got.deleted and got.applied_version == 4 and got.passage_ids == []
+
+
+def record(event_id: str, doc: str = "a.md", tenant: str = "acme") -> DeletionRecord:
+    return DeletionRecord(event_id=event_id, tenant=tenant, doc_id=doc, version=2, received_at=NOW,
+                          removed_at={"lexical": NOW + timedelta(milliseconds=5)},
+                          cache_invalidated_at=NOW + timedelta(milliseconds=9), passages_removed=4)
+
+
+def test_audit_appends_once_per_event_and_filters_by_tenant(stores: tuple[Any, Any]) -> None:
+    _, audit = stores
+    audit.append(record("e1"))
+    audit.append(record("e1"))
+    audit.append(record("e2", doc="b.md"))
+    audit.append(record("e3", tenant="globex"))
+    acme = audit.records("acme")
+    assert [r.event_id for r in acme] == ["e1", "e2"]
+    assert acme[0] == record("e1")
+    assert len(audit.records()) == 3
