@@ -15,7 +15,10 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 def _default_model_path() -> Path | None:
     """The offline MiniLM export shipped beside the checkout, when there is one."""
-    for candidate in (Path("../shared/models/all-MiniLM-L6-v2-onnx"), Path(__file__).parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"):
+    for candidate in (
+        Path("../shared/models/all-MiniLM-L6-v2-onnx"),
+        Path(__file__).parents[2] / "shared/models/all-MiniLM-L6-v2-onnx",
+    ):
         if (candidate / "model.onnx").is_file():
             return candidate.resolve()
     return None

@@ -1,0 +1,68 @@
+"""The main job as functions the CLI, the demo and the tests share: sync a folder, ask a question."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.drive import DriveConnector
+from connectors.scan import ScanReport, scan
+from connectors.state import ConnectorState
+
+from indexer.chunker import CHUNKER_VERSION
+from indexer.state import SqliteDocStates
+from ragsync.wiring import Components
+from streams.dispatch import Stats
+from streams.embedded_worker import EmbeddedWorker
+
+
+@dataclass
+class SyncReport:
+    scan: ScanReport
+    stats: Stats | None
+    reindexed: bool
+
+
+def needs_reindex(components: Components) -> bool:
+    """A changed chunker version re-chunks everything: passages must come from one chunker."""
+    docs = components.docs
+    if isinstance(docs, SqliteDocStates):
+        versions = docs.chunker_versions()
+        return bool(versions) and versions != {CHUNKER_VERSION}
+    return False
+
+
+def sync_folder(
+    components: Components,
+    root: Path,
+    *,
+    force: bool = False,
+    apply: bool = True,
+    on_scan: Callable[[int], None] | None = None,
+    on_apply: Callable[[int], None] | None = None,
+    on_backlog: Callable[[int], None] | None = None,
+) -> SyncReport:
+    """Scan the folder into the event log, then (embedded profile) drain the log into the stores.
+
+    In the cluster profile `apply=False`: Faust workers consume what the scan published.
+    """
+    reindex = needs_reindex(components)
+    state = ConnectorState(components.settings.home / "connectors.db")
+    try:
+        report = asyncio.run(
+            scan(DriveConnector(root), state, components.events.publish, progress=on_scan, force=force or reindex)
+        )
+        components.events.flush()
+    finally:
+        state.close()
+    stats = None
+    if apply:
+        worker = EmbeddedWorker(
+            components.events, components.sink(), revocation_bound_s=components.settings.revocation_bound_s
+        )
+        if on_backlog:
+            on_backlog(worker.pending())
+        stats = worker.drain(on_apply)
+    return SyncReport(report, stats, reindex)
