@@ -55,7 +55,8 @@ ONBOARDING = """\
 <h1>Onboarding</h1>
 <section><h2>First week</h2>
 <p>New staff receive their laptop on the first morning from the IT desk.</p>
-<ul><li>Badge photos are taken on Tuesday afternoons.</li><li>Security training must be finished within 5 days.</li></ul>
+<ul><li>Badge photos are taken on Tuesday afternoons.</li>
+<li>Security training must be finished within 5 days.</li></ul>
 </section></body></html>
 """
 
