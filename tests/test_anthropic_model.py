@@ -1,0 +1,401 @@
+"""The Anthropic adapter against a local HTTP stub that speaks the Messages API.
+
+A real HTTP server on 127.0.0.1 and the real SDK pointed at it via base_url: this exercises the
+SDK's request encoding, response parsing and error mapping exactly as production does, without
+a network or a key. Each test scripts the stub's replies and inspects the requests it received.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from conftest import NOW, make_passage
+
+from indexer.sqlite_fts import SqliteLexicalIndex
+from query.anthropic_model import NO_TOOL_CALL, AnthropicModel, ModelUnavailable
+from query.loop import InvalidDecision, interpret
+from query.ports import (
+    SEARCH_TOOL_SCHEMA,
+    SUBMIT_TOOL_SCHEMA,
+    TOOL_SEARCH,
+    TOOL_SUBMIT,
+    Evidence,
+    ModelTurn,
+    ToolCall,
+)
+from query.retrieval import Retriever
+from query.worker import QueryWorker
+from ragsync.settings import Settings
+from schemas.decisions import GENERIC_ABSTENTION, ReasonCode, SearchDecision
+from schemas.principal import Principal
+
+_ids = itertools.count(1)
+
+
+def message(*content: dict[str, Any], stop_reason: str = "tool_use") -> dict[str, Any]:
+    """A Messages API response body, in the real shape."""
+    return {
+        "id": f"msg_stub{next(_ids):04d}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-stub",
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 321, "output_tokens": 42},
+    }
+
+
+def tool_use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_stub{next(_ids):04d}", "name": name, "input": tool_input}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def api_error(kind: str, detail: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": detail}}
+
+
+class MessagesStub:
+    """POST /v1/messages answers from a script of (status, body); every request is recorded."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict[str, Any]]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with stub._lock:
+                    stub.paths.append(self.path)
+                    stub.raw.append(body)
+                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    stub.requests.append(json.loads(body))
+                    status, reply = (
+                        stub.script.pop(0) if stub.script else (400, api_error("stub_error", "script exhausted"))
+                    )
+                payload = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("request-id", f"req_stub{len(stub.requests)}")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def reply(self, *bodies: dict[str, Any]) -> None:
+        self.script.extend((200, b) for b in bodies)
+
+    def fail(self, status: int, body: dict[str, Any]) -> None:
+        self.script.append((status, body))
+
+    def user_text(self, index: int) -> str:
+        content = self.requests[index]["messages"][0]["content"]
+        return content if isinstance(content, str) else "".join(block["text"] for block in content)
+
+
+@pytest.fixture
+def stub() -> Iterator[MessagesStub]:
+    s = MessagesStub()
+    s.thread.start()
+    yield s
+    s.server.shutdown()
+    s.server.server_close()
+
+
+def sent_key(headers: dict[str, str]) -> str | None:
+    """SDK versions differ on the header that carries the key: x-api-key or a bearer token."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"]
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    return value if scheme.lower() == "bearer" else None
+
+
+def client_for(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=0, timeout=10.0)
+
+
+@pytest.fixture
+def model(stub: MessagesStub) -> AnthropicModel:
+    return AnthropicModel(client_for(stub.url), "claude-stub")
+
+
+TURN = ModelTurn(
+    question="How long do refunds take?",
+    evidence=(
+        Evidence("refunds.md@1#root-1", "Refunds", "Refunds are paid within 14 days of the request."),
+        Evidence("shipping.md@1#root-1", "Shipping", "Orders ship from the Lisbon warehouse every weekday."),
+    ),
+    tools=(TOOL_SEARCH, TOOL_SUBMIT),
+    queries=("How long do refunds take?",),
+)
+
+
+# ---- the request ------------------------------------------------------------------------------
+
+
+def test_request_offers_only_the_port_tools_forces_a_call_and_renders_evidence(
+    stub: MessagesStub, model: AnthropicModel
+) -> None:
+    stub.reply(message(tool_use(TOOL_SEARCH, {"query": "refund timeline"})))
+    model.decide(TURN)
+
+    assert stub.paths == ["/v1/messages"]
+    assert sent_key(stub.headers[0]) == "test-key"
+    body = stub.requests[0]
+    assert body["tools"] == [SEARCH_TOOL_SCHEMA, SUBMIT_TOOL_SCHEMA]
+    assert set(body["tools"][0]["input_schema"]["properties"]) == {"query"}
+    assert body["tool_choice"]["type"] == "any"
+    assert body["tool_choice"].get("disable_parallel_tool_use") is True
+    assert body["model"] == "claude-stub" and body["max_tokens"] == 1024
+    assert set(body) <= {"model", "max_tokens", "system", "tools", "tool_choice", "messages"}
+    assert "verbatim" in body["system"] and "passage_id" in body["system"]
+    assert len(body["messages"]) == 1 and body["messages"][0]["role"] == "user"
+    prompt = stub.user_text(0)
+    assert TURN.question in prompt
+    for ev in TURN.evidence:
+        assert f"passage_id: {ev.passage_id}" in prompt
+        assert f"heading: {ev.heading}" in prompt
+        assert ev.text in prompt
+    assert "- How long do refunds take?" in prompt
+
+
+def test_submit_only_turn_offers_only_submit_answer(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.reply(message(tool_use(TOOL_SUBMIT, {"abstain": True, "reason": "not covered"})))
+    model.decide(ModelTurn(TURN.question, TURN.evidence, (TOOL_SUBMIT,), TURN.queries))
+
+    assert stub.requests[0]["tools"] == [SUBMIT_TOOL_SCHEMA]
+    assert "search budget is spent" in stub.user_text(0)
+
+
+# ---- the response -----------------------------------------------------------------------------
+
+
+def test_search_tool_use_becomes_a_search_call(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.reply(message(tool_use(TOOL_SEARCH, {"query": "refund timeline"})))
+    call = model.decide(TURN)
+
+    assert call == ToolCall(TOOL_SEARCH, {"query": "refund timeline"})
+    assert interpret(call, TURN.tools) == SearchDecision(query="refund timeline")
+
+
+def test_submit_answer_with_claims_is_returned_raw_after_leading_text(
+    stub: MessagesStub, model: AnthropicModel
+) -> None:
+    claims = [
+        {
+            "statement": "Refunds are paid within 14 days.",
+            "passage_id": "refunds.md@1#root-1",
+            "quote": "paid within 14 days of the request",
+        }
+    ]
+    stub.reply(message(text("Answering from the refunds passage."), tool_use(TOOL_SUBMIT, {"claims": claims})))
+    call = model.decide(TURN)
+
+    assert call == ToolCall(TOOL_SUBMIT, {"claims": claims})
+
+
+def test_text_only_end_turn_is_a_call_interpret_rejects(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.reply(message(text("Refunds take about two weeks."), stop_reason="end_turn"))
+    call = model.decide(TURN)
+
+    assert call == ToolCall(NO_TOOL_CALL, {})
+    with pytest.raises(InvalidDecision):
+        interpret(call, TURN.tools)
+
+
+def test_max_tokens_cut_off_tool_call_is_not_salvaged(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.reply(message(tool_use(TOOL_SUBMIT, {"claims": []}), stop_reason="max_tokens"))
+
+    assert model.decide(TURN) == ToolCall(NO_TOOL_CALL, {})
+
+
+# ---- failures ---------------------------------------------------------------------------------
+
+
+def test_server_error_raises_model_unavailable_without_api_message(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.fail(500, api_error("api_error", "upstream echo: Refunds are paid within 14 days"))
+    with pytest.raises(ModelUnavailable) as caught:
+        model.decide(TURN)
+
+    assert caught.value.status_code == 500 and caught.value.retryable
+    assert "api_error" in str(caught.value) and "req_stub1" in str(caught.value)
+    assert "Refunds" not in str(caught.value)
+    assert len(stub.requests) == 1
+
+
+def test_client_error_raises_non_retryable_model_unavailable(stub: MessagesStub, model: AnthropicModel) -> None:
+    stub.fail(404, api_error("not_found_error", "model: claude-stub"))
+    with pytest.raises(ModelUnavailable) as caught:
+        model.decide(TURN)
+
+    assert caught.value.status_code == 404 and not caught.value.retryable
+
+
+def test_connection_refused_raises_model_unavailable() -> None:
+    closed = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = closed.server_address[1]
+    closed.server_close()
+    with pytest.raises(ModelUnavailable) as caught:
+        AnthropicModel(client_for(f"http://127.0.0.1:{port}"), "claude-stub").decide(TURN)
+
+    assert caught.value.status_code is None and caught.value.retryable
+
+
+def test_from_settings_takes_key_from_env_and_base_url_from_settings(
+    stub: MessagesStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(model="anthropic", anthropic_model="claude-from-settings", anthropic_base_url=stub.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ModelUnavailable, match="ANTHROPIC_API_KEY"):
+        AnthropicModel.from_settings(settings)
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key")
+    adapter = AnthropicModel.from_settings(settings)
+    stub.reply(message(tool_use(TOOL_SEARCH, {"query": "refunds"})))
+    adapter.decide(TURN)
+
+    assert adapter.client.max_retries == 2
+    assert sent_key(stub.headers[0]) == "env-key"
+    assert stub.requests[0]["model"] == "claude-from-settings"
+
+
+# ---- end to end through the worker and the real embedded store --------------------------------
+
+ASKER = Principal(tenant="zeta-tenant", user="omega-user", groups=("kappa-group",))
+QUESTION = "How long do refunds take?"
+REFUNDS = "Refunds are paid within 14 days of the request. Store credit never expires."
+SHIPPING = "Orders ship from the Lisbon warehouse every weekday morning."
+WARRANTY = "The warranty covers manufacturing defects for two full years."
+
+
+@pytest.fixture
+def worker(tmp_path: Path, model: AnthropicModel) -> Iterator[QueryWorker]:
+    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
+    acl = ("group:kappa-group",)
+    lexical.upsert(
+        [
+            make_passage(REFUNDS, tenant="zeta-tenant", doc_id="refunds.md", acl=acl, heading_path=("Refunds",)),
+            make_passage(SHIPPING, tenant="zeta-tenant", doc_id="shipping.md", acl=acl, heading_path=("Shipping",)),
+            make_passage(WARRANTY, tenant="zeta-tenant", doc_id="warranty.md", acl=acl, heading_path=("Warranty",)),
+        ]
+    )
+    yield QueryWorker(Retriever(lexical, None, None, None), model, "s3cret")
+    lexical.close()
+
+
+def test_worker_search_then_verbatim_quote_is_answered(stub: MessagesStub, worker: QueryWorker) -> None:
+    stub.reply(
+        message(tool_use(TOOL_SEARCH, {"query": "shipping warehouse"})),
+        message(
+            tool_use(
+                TOOL_SUBMIT,
+                {
+                    "claims": [
+                        {
+                            "statement": "Refunds are paid within 14 days of the request.",
+                            "passage_id": "refunds.md@1#root-1",
+                            "quote": "Refunds are paid within 14 days",
+                        }
+                    ]
+                },
+            )
+        ),
+    )
+    result = worker.ask(ASKER, QUESTION, NOW)
+
+    assert result.answered and result.message is None
+    assert result.answer == "Refunds are paid within 14 days of the request."
+    assert [(c.passage_id, c.source_url) for c in result.claims] == [("refunds.md@1#root-1", "file:///refunds.md")]
+    assert result.trace.reason is None and result.trace.decisions == ["search", "answer"]
+    assert [s.query for s in result.trace.searches] == [QUESTION, "shipping warehouse"]
+
+    assert len(stub.requests) == 2
+    assert REFUNDS in stub.user_text(0) and SHIPPING not in stub.user_text(0)
+    assert REFUNDS in stub.user_text(1) and SHIPPING in stub.user_text(1)
+    assert "- shipping warehouse" in stub.user_text(1)
+    for raw in stub.raw:
+        for secret in ("zeta-tenant", "omega-user", "kappa-group"):
+            assert secret.encode() not in raw
+    for body in stub.requests:
+        assert [t["name"] for t in body["tools"]] == [TOOL_SEARCH, TOOL_SUBMIT]
+        assert body["tools"] == [SEARCH_TOOL_SCHEMA, SUBMIT_TOOL_SCHEMA]
+
+
+def test_worker_abstains_generically_when_quote_is_not_in_passage(stub: MessagesStub, worker: QueryWorker) -> None:
+    stub.reply(
+        message(
+            tool_use(
+                TOOL_SUBMIT,
+                {
+                    "claims": [
+                        {
+                            "statement": "Refunds are paid within 14 days.",
+                            "passage_id": "refunds.md@1#root-1",
+                            "quote": "refunds are always paid the same day",
+                        }
+                    ]
+                },
+            )
+        )
+    )
+    result = worker.ask(ASKER, QUESTION, NOW)
+
+    assert not result.answered and result.claims == []
+    assert result.message == GENERIC_ABSTENTION
+    assert result.trace.reason == ReasonCode.CITATION_CHECK_FAILED
+    assert [f.check for f in result.trace.check_failures] == ["quote_match"]
+    assert result.public() == {"answered": False, "answer": None, "claims": [], "message": GENERIC_ABSTENTION}
+
+
+def test_worker_fourth_search_is_an_invalid_decision(stub: MessagesStub, worker: QueryWorker) -> None:
+    stub.reply(
+        message(tool_use(TOOL_SEARCH, {"query": "shipping warehouse"})),
+        message(tool_use(TOOL_SEARCH, {"query": "warranty defects"})),
+        message(tool_use(TOOL_SEARCH, {"query": "store credit"})),
+    )
+    result = worker.ask(ASKER, QUESTION, NOW)
+
+    assert not result.answered and result.message == GENERIC_ABSTENTION
+    assert result.trace.reason == ReasonCode.INVALID_DECISION
+    assert len(result.trace.searches) == 3
+    assert result.trace.decisions[:2] == ["search", "search"]
+    assert result.trace.decisions[2].startswith("invalid: tool 'search' was not offered")
+    assert len(stub.requests) == 3
+    assert stub.requests[2]["tools"] == [SUBMIT_TOOL_SCHEMA]
+    assert WARRANTY in stub.user_text(2)
+
+
+def test_worker_text_reply_is_an_invalid_decision(stub: MessagesStub, worker: QueryWorker) -> None:
+    stub.reply(message(text("Refunds take two weeks."), stop_reason="end_turn"))
+    result = worker.ask(ASKER, QUESTION, NOW)
+
+    assert result.trace.reason == ReasonCode.INVALID_DECISION
+    assert result.message == GENERIC_ABSTENTION
+
+
+def test_worker_lets_model_unavailable_through_instead_of_abstaining(stub: MessagesStub, worker: QueryWorker) -> None:
+    stub.fail(500, api_error("api_error", "Internal server error"))
+    with pytest.raises(ModelUnavailable):
+        worker.ask(ASKER, QUESTION, NOW)
