@@ -60,7 +60,8 @@ class FastEmbedder:
         return out
 
     def embed_query(self, text: str) -> Vectors:
-        return self.embed([text])[0]
+        row: Vectors = self.embed([text])[0]
+        return row
 
 
 class CachedEmbedder:
