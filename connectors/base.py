@@ -1,0 +1,171 @@
+"""What every source connector provides, in the shape of the Elastic connectors framework.
+
+A connector only lists documents and knows how to fetch each one; it never decides what changed
+and never emits events. Listing is cheap (paths, ACLs, a fingerprint such as mtime+size) and the
+content is fetched lazily, so the scanner (connectors.scan) can skip every unchanged document
+without reading it. Metadata that lives inside the content (title, effective date) is therefore
+read by the scanner, after a fetch it needed anyway, with `content_metadata` below.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from html.parser import HTMLParser
+from typing import Literal, Protocol
+
+from markdown_it import MarkdownIt
+
+from schemas._time import to_utc
+
+ContentType = Literal["markdown", "html", "text"]
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    doc_id: str
+    tenant: str
+    acl: tuple[str, ...]
+    title: str  # best title known without reading the content; the scanner prefers one found inside it
+    content_type: ContentType
+    source_url: str
+    fingerprint: str  # cheap change hint (e.g. mtime_ns+size); equal fingerprint => content not re-read
+    fetch: Callable[[], Awaitable[bytes]]
+    effective_from: datetime | None = None  # when None, the scanner takes it from the content, if stated
+
+
+class SourceConnector(Protocol):
+    name: str  # stable source name, e.g. "drive:/abs/root"; part of every event ID
+
+    def documents(self) -> AsyncIterator[SourceDocument]: ...
+
+    @property
+    def errors(self) -> list[str]:
+        """Read errors of the last documents() pass; non-empty means the listing may be incomplete."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContentMeta:
+    title: str | None = None
+    effective_from: datetime | None = None
+
+
+def parse_effective_from(value: str) -> datetime:
+    """A date means midnight UTC; a datetime without offset is taken as UTC, like everywhere else."""
+    text = value.strip().strip("\"'").strip()
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            day = date.fromisoformat(text)
+            return to_utc(datetime(day.year, day.month, day.day))
+        return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
+    except ValueError:
+        raise ValueError(f"invalid effective_from {value.strip()!r} (expected YYYY-MM-DD or ISO 8601)") from None
+
+
+def content_metadata(content_type: ContentType, text: str) -> ContentMeta:
+    """Title and effective date stated inside the content. Raises ValueError on an unreadable date.
+
+    A bad date is an error rather than "no date": publishing a policy meant for later as
+    effective now would answer questions with rules that do not apply yet.
+    """
+    if content_type == "markdown":
+        return _markdown_meta(text)
+    if content_type == "html":
+        return _html_meta(text)
+    return ContentMeta()
+
+
+_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_FRONT_MATTER_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*$")
+_MD = MarkdownIt("commonmark")
+
+
+def _markdown_meta(text: str) -> ContentMeta:
+    """Only the flat `key: value` lines of front matter are read: enough for a date and a title."""
+    fields: dict[str, str] = {}
+    body = text
+    match = _FRONT_MATTER.match(text)
+    if match:
+        body = text[match.end() :]
+        for line in match.group(1).splitlines():
+            key_value = _FRONT_MATTER_KEY.match(line)
+            if key_value and key_value.group(2):
+                fields.setdefault(key_value.group(1).lower(), key_value.group(2))
+    effective = parse_effective_from(fields["effective_from"]) if "effective_from" in fields else None
+    title = fields.get("title", "").strip("\"'").strip() or _first_markdown_heading(body)
+    return ContentMeta(title or None, effective)
+
+
+def _first_markdown_heading(body: str) -> str | None:
+    tokens = _MD.parse(body)
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open" and i + 1 < len(tokens):
+            children = tokens[i + 1].children or []
+            heading = " ".join("".join(c.content for c in children if c.type in ("text", "code_inline")).split())
+            if heading:
+                return heading
+    return None
+
+
+class _Done(Exception):
+    """Everything _HtmlMeta looks for is in the head or the first h1: stop reading there."""
+
+
+class _HtmlMeta(HTMLParser):
+    """Reads <title>, <meta name="effective_from"> and the first h1, then stops."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.title: list[str] | None = None
+        self.h1: list[str] | None = None
+        self.title_text = ""
+        self.h1_text = ""
+        self.effective: str | None = None
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "meta" and (a.get("name") or "").lower() in ("effective_from", "effective-from"):
+            if self.effective is None and a.get("content"):
+                self.effective = a.get("content")
+        elif tag == "title" and not self.title_text:
+            self.title = []
+        elif tag == "h1" and not self.h1_text:
+            self.h1 = []
+        elif tag == "a" and "headerlink" in (a.get("class") or "").split():
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title" and self.title is not None:
+            self.title_text = " ".join("".join(self.title).split())
+            self.title = None
+        elif tag == "head" and self.title_text:
+            raise _Done
+        elif tag == "h1" and self.h1 is not None:
+            self.h1_text = " ".join("".join(self.h1).replace("¶", "").split())
+            self.h1 = None
+            raise _Done
+        elif tag == "a" and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._skip:
+            return
+        if self.title is not None:
+            self.title.append(data)
+        if self.h1 is not None:
+            self.h1.append(data)
+
+
+def _html_meta(text: str) -> ContentMeta:
+    parser = _HtmlMeta()
+    try:
+        parser.feed(text)
+        parser.close()
+    except _Done:
+        pass
+    effective = parse_effective_from(parser.effective) if parser.effective else None
+    return ContentMeta(parser.title_text or parser.h1_text or None, effective)

@@ -1,0 +1,154 @@
+"""Turn a connector's listing into events: change detection and emission, separate from any source.
+
+Per document: an unchanged fingerprint and ACL costs no read; otherwise the content is fetched and
+hashed, and only a real content change becomes an upsert, only an ACL change an ACL event. State
+for a document is written after `publish` returned, so a failed publish (which propagates) leaves
+the document to be re-emitted, with the same version and event ID, by the next run.
+
+Deletes are the dangerous part: a document missing from the listing is deleted only when the
+listing is known to be complete (no connector error, no failed fetch). A permission hiccup or an
+unmounted share must never wipe an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from connectors.base import SourceConnector, SourceDocument, content_metadata
+from connectors.state import ConnectorState, DocRecord
+from schemas._time import utcnow
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
+
+
+@dataclass
+class ScanReport:
+    upserts: int = 0
+    acl_changes: int = 0
+    deletes: int = 0
+    unchanged: int = 0
+    errors: list[str] = field(default_factory=list)
+    deletes_skipped: bool = False
+
+
+def _event(
+    source: str,
+    tenant: str,
+    doc_id: str,
+    version: int,
+    payload: UpsertPayload | AclPayload | DeletePayload,
+    occurred_at: datetime,
+) -> Event:
+    kind = EventKind(payload.kind)
+    return Event(
+        event_id=make_event_id(source, tenant, doc_id, version, kind),
+        kind=kind,
+        tenant=tenant,
+        doc_id=doc_id,
+        version=version,
+        occurred_at=occurred_at,
+        source=source,
+        payload=payload,
+    )
+
+
+async def scan(
+    connector: SourceConnector,
+    state: ConnectorState,
+    publish: Callable[[Event], None],
+    *,
+    progress: Callable[[int], None] | None = None,
+    now: Callable[[], datetime] = utcnow,
+    force: bool = False,
+) -> ScanReport:
+    """`force` re-emits every document as an upsert (after a chunker change); deletes are unaffected."""
+    report = ScanReport()
+    source = connector.name
+    seen: set[tuple[str, str]] = set()
+    own_errors: list[str] = []
+    fetch_failed = False
+
+    def delete(record: DocRecord, reason: str) -> None:
+        version = record.version + 1
+        publish(_event(source, record.tenant, record.doc_id, version, DeletePayload(reason=reason), now()))
+        state.put(source, replace(record, version=version, deleted=True))
+        report.deletes += 1
+
+    async for doc in connector.documents():
+        seen.add((doc.tenant, doc.doc_id))
+        if progress is not None:
+            progress(1)
+        # Seen under a new tenant: the old tenant loses it now, whether or not this scan completes.
+        for moved in state.live_elsewhere(source, doc.doc_id, doc.tenant):
+            delete(moved, "moved to another tenant")
+        acl = tuple(sorted(set(doc.acl)))
+        record = state.get(source, doc.tenant, doc.doc_id)
+        if record is not None and record.deleted:
+            record_live: DocRecord | None = None
+        else:
+            record_live = record
+        if (
+            record_live is not None
+            and not force
+            and record_live.fingerprint == doc.fingerprint
+            and record_live.acl == acl
+        ):
+            report.unchanged += 1
+            continue
+        try:
+            data = await doc.fetch()
+        except Exception as exc:  # any source failure: report it, and keep this scan from deleting
+            own_errors.append(f"{doc.doc_id}: cannot read: {exc}")
+            fetch_failed = True
+            continue
+        content_hash = hashlib.sha256(data).hexdigest()
+        last_version = record.version if record is not None else 0
+        try:
+            if record_live is None or force or record_live.content_hash != content_hash:
+                event = _event(
+                    source, doc.tenant, doc.doc_id, last_version + 1, _upsert(doc, data, content_hash, acl), now()
+                )
+                report.upserts += 1
+            elif record_live.acl != acl:
+                event = _event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
+                report.acl_changes += 1
+            else:
+                state.put(source, replace(record_live, fingerprint=doc.fingerprint))
+                report.unchanged += 1
+                continue
+        except (ValueError, ValidationError) as exc:
+            # The document is seen, so it is not deleted; its previous version stays as it was.
+            own_errors.append(f"{doc.doc_id}: {exc}")
+            continue
+        publish(event)
+        state.put(
+            source,
+            DocRecord(doc.tenant, doc.doc_id, event.version, content_hash, acl, doc.fingerprint, deleted=False),
+        )
+
+    report.errors = [*connector.errors, *own_errors]
+    if connector.errors or fetch_failed:
+        report.deletes_skipped = True
+        return report
+    for record in state.live(source):
+        if (record.tenant, record.doc_id) not in seen:
+            delete(record, "removed at source")
+    return report
+
+
+def _upsert(doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...]) -> UpsertPayload:
+    text = data.decode("utf-8", errors="replace")
+    meta = content_metadata(doc.content_type, text)  # ValueError on a bad effective date
+    return UpsertPayload(
+        title=meta.title or doc.title,
+        content=text,
+        content_type=doc.content_type,
+        content_hash=content_hash,
+        acl=acl,
+        source_url=doc.source_url,
+        effective_from=doc.effective_from or meta.effective_from,
+    )

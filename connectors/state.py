@@ -1,0 +1,103 @@
+"""What a connector has published, per (source, tenant, document): the memory behind "emit only changes".
+
+A row is written only after the event describing it was published, so a crash between the two
+re-emits the same event (same version, hence the same deterministic event ID) on the next run,
+and downstream deduplicates it. Deleted documents keep their row (deleted = 1) so a document that
+comes back continues its version sequence instead of restarting at 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS connector_docs (
+    source TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    acl TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (source, tenant, doc_id)
+);
+CREATE INDEX IF NOT EXISTS connector_docs_by_doc ON connector_docs (source, doc_id);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class DocRecord:
+    tenant: str
+    doc_id: str
+    version: int
+    content_hash: str
+    acl: tuple[str, ...]
+    fingerprint: str
+    deleted: bool = False
+
+
+class ConnectorState:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL may lose the last commits on power loss; that only re-emits events with the same IDs.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+
+    @staticmethod
+    def _record(row: tuple[str, str, int, str, str, str, int]) -> DocRecord:
+        tenant, doc_id, version, content_hash, acl, fingerprint, deleted = row
+        return DocRecord(tenant, doc_id, version, content_hash, tuple(json.loads(acl)), fingerprint, bool(deleted))
+
+    _COLUMNS = "tenant, doc_id, version, content_hash, acl, fingerprint, deleted"
+
+    def get(self, source: str, tenant: str, doc_id: str) -> DocRecord | None:
+        row = self._db.execute(
+            f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? AND tenant = ? AND doc_id = ?",
+            (source, tenant, doc_id),
+        ).fetchone()
+        return None if row is None else self._record(row)
+
+    def live_elsewhere(self, source: str, doc_id: str, tenant: str) -> list[DocRecord]:
+        """Live rows of the document under other tenants: left behind when a manifest moved it."""
+        rows = self._db.execute(
+            f"SELECT {self._COLUMNS} FROM connector_docs"
+            " WHERE source = ? AND doc_id = ? AND tenant <> ? AND deleted = 0 ORDER BY tenant",
+            (source, doc_id, tenant),
+        ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def live(self, source: str) -> list[DocRecord]:
+        rows = self._db.execute(
+            f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? AND deleted = 0 ORDER BY tenant, doc_id",
+            (source,),
+        ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def put(self, source: str, record: DocRecord) -> None:
+        self._db.execute(
+            "INSERT INTO connector_docs (source, tenant, doc_id, version, content_hash, acl, fingerprint, deleted)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (source, tenant, doc_id) DO UPDATE SET version = excluded.version,"
+            " content_hash = excluded.content_hash, acl = excluded.acl, fingerprint = excluded.fingerprint,"
+            " deleted = excluded.deleted",
+            (
+                source,
+                record.tenant,
+                record.doc_id,
+                record.version,
+                record.content_hash,
+                json.dumps(list(record.acl)),
+                record.fingerprint,
+                int(record.deleted),
+            ),
+        )
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,384 @@
+"""Drive connector, connector state and scanner: what a scan emits, and what it must never emit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from connectors.base import SourceConnector, SourceDocument, content_metadata
+from connectors.drive import DriveConnector, resolve_access
+from connectors.scan import ScanReport, scan
+from connectors.state import ConnectorState
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+FILES = {
+    "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n\n[files."board.md"]\nread = ["group:board"]\n',
+    "acme/policies/refunds.md": "---\neffective_from: 2026-01-01\n---\n# Refund policy\n\nWithin 30 days.\n",
+    "acme/policies/.draft.md": "# hidden file\n",
+    "acme/.hidden/secret.md": "# hidden folder\n",
+    "acme/policies/image.png": "not a document",
+    "acme/board.md": "# Board minutes\n\nSecret plans.\n",
+    "acme/handbook/onboarding.html": (
+        '<html><head><title>Onboarding</title><meta name="effective_from" content="2026-02-01T09:00:00+01:00">'
+        "</head><body><h1>Welcome</h1><p>Laptops on day one.</p></body></html>"
+    ),
+    "acme/hr/.ragsync-acl.toml": 'read = ["group:hr", "user:ceo"]\n',
+    "acme/hr/salaries.md": "Salary bands\n============\n\nSenior: 90,000.\n",
+    "acme/hr/notes.txt": "plain notes\n",
+    "globex/.ragsync-acl.toml": 'tenant = "globex"\nread = []\n',
+    "globex/refunds.md": "# Refunds\n\nWithin 14 days.\n",
+}
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def touch_later(path: Path) -> None:
+    """Change mtime for sure, even on filesystems with coarse timestamps."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+
+
+class Harness:
+    def __init__(self, root: Path, state_path: Path) -> None:
+        self.root = root
+        self.state = ConnectorState(state_path)
+        self.events: list[Event] = []
+
+    async def run(
+        self,
+        connector: SourceConnector | None = None,
+        *,
+        force: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[ScanReport, list[Event]]:
+        before = len(self.events)
+        report = await scan(
+            connector or DriveConnector(self.root),
+            self.state,
+            self.events.append,
+            now=lambda: NOW,
+            force=force,
+            progress=progress,
+        )
+        return report, self.events[before:]
+
+
+@pytest.fixture
+def drive(tmp_path: Path) -> Path:
+    root = tmp_path / "drive"
+    write(root, FILES)
+    return root
+
+
+@pytest.fixture
+def harness(drive: Path, tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(drive, tmp_path / "state" / "connectors.db")
+    yield h
+    h.state.close()
+
+
+def by_doc(events: list[Event]) -> dict[str, Event]:
+    return {e.doc_id: e for e in events}
+
+
+def upsert(event: Event) -> UpsertPayload:
+    assert isinstance(event.payload, UpsertPayload)
+    return event.payload
+
+
+async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harness: Harness, drive: Path) -> None:
+    progress: list[int] = []
+    report, events = await harness.run(progress=progress.append)
+    assert report == ScanReport(upserts=6, errors=[])
+    assert progress == [1] * 6
+    assert [e.doc_id for e in events] == [
+        "acme/board.md",
+        "acme/handbook/onboarding.html",
+        "acme/hr/notes.txt",
+        "acme/hr/salaries.md",
+        "acme/policies/refunds.md",
+        "globex/refunds.md",
+    ]
+    docs = by_doc(events)
+    assert all(e.kind is EventKind.UPSERT and e.version == 1 for e in events)
+    assert all(e.source == f"drive:{drive.resolve()}" and e.occurred_at == NOW for e in events)
+
+    access = {e.doc_id: (e.tenant, upsert(e).acl) for e in events}
+    assert access == {
+        "acme/board.md": ("acme", ("group:board",)),  # per-file override
+        "acme/handbook/onboarding.html": ("acme", ("group:staff",)),  # inherited from acme/
+        "acme/hr/notes.txt": ("acme", ("group:hr", "user:ceo")),  # nearest manifest wins, tenant inherited
+        "acme/hr/salaries.md": ("acme", ("group:hr", "user:ceo")),
+        "acme/policies/refunds.md": ("acme", ("group:staff",)),
+        "globex/refunds.md": ("globex", ()),  # read = [] : nobody reads
+    }
+
+    refunds = upsert(docs["acme/policies/refunds.md"])
+    assert refunds.title == "Refund policy"
+    assert refunds.content_type == "markdown"
+    assert refunds.content == FILES["acme/policies/refunds.md"]
+    assert refunds.effective_from == datetime(2026, 1, 1, tzinfo=UTC)
+    assert refunds.source_url == (drive / "acme/policies/refunds.md").resolve().as_uri()
+    assert refunds.source_url.startswith("file:///")
+    assert len(refunds.content_hash) == 64
+
+    onboarding = upsert(docs["acme/handbook/onboarding.html"])
+    assert onboarding.title == "Onboarding"
+    assert onboarding.content_type == "html"
+    assert onboarding.effective_from == datetime(2026, 2, 1, 8, 0, tzinfo=UTC)
+
+    assert upsert(docs["acme/hr/salaries.md"]).title == "Salary bands"  # setext heading
+    assert upsert(docs["acme/hr/notes.txt"]).title == "notes"  # file stem
+    assert upsert(docs["acme/hr/notes.txt"]).content_type == "text"
+    assert upsert(docs["acme/hr/notes.txt"]).effective_from is None
+
+
+async def test_second_scan_emits_nothing_and_reads_nothing(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    reads: list[str] = []
+
+    class Counting(DriveConnector):
+        async def documents(self) -> AsyncIterator[SourceDocument]:
+            async for doc in super().documents():
+
+                async def fetch(doc: SourceDocument = doc) -> bytes:
+                    reads.append(doc.doc_id)
+                    return await doc.fetch()
+
+                yield replace(doc, fetch=fetch)
+
+    report, events = await harness.run(Counting(drive))
+    assert events == []
+    assert report == ScanReport(unchanged=6)
+    assert reads == []
+
+
+async def test_content_edit_emits_upsert_v2_and_touch_without_change_emits_nothing(
+    harness: Harness, drive: Path
+) -> None:
+    await harness.run()
+    (drive / "acme/policies/refunds.md").write_text(FILES["acme/policies/refunds.md"].replace("30", "45"))
+    touch_later(drive / "acme/board.md")
+    report, events = await harness.run()
+    assert (report.upserts, report.unchanged, report.acl_changes) == (1, 5, 0)
+    [event] = events
+    assert (event.doc_id, event.kind, event.version) == ("acme/policies/refunds.md", EventKind.UPSERT, 2)
+    assert "Within 45 days." in upsert(event).content
+    # The touched file was re-read once, found identical, and its new fingerprint stored.
+    assert (await harness.run())[1] == []
+
+
+async def test_manifest_acl_change_emits_acl_event_with_full_acl(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads", "user:ceo", "group:audit"]\n')
+    report, events = await harness.run()
+    assert (report.upserts, report.acl_changes, report.deletes) == (0, 2, 0)
+    assert sorted((e.doc_id, e.kind, e.version) for e in events) == [
+        ("acme/hr/notes.txt", EventKind.ACL, 2),
+        ("acme/hr/salaries.md", EventKind.ACL, 2),
+    ]
+    for event in events:
+        assert event.payload == AclPayload(acl=("group:audit", "group:hr-leads", "user:ceo"))
+    assert (await harness.run())[1] == []
+
+
+async def test_removed_file_emits_delete(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/hr/salaries.md").unlink()
+    report, events = await harness.run()
+    assert report.deletes == 1 and not report.deletes_skipped
+    [event] = events
+    assert (event.tenant, event.doc_id, event.kind, event.version) == ("acme", "acme/hr/salaries.md", "delete", 2)
+    assert isinstance(event.payload, DeletePayload)
+    assert (await harness.run())[1] == [], "a delete is emitted once"
+
+
+async def test_fetch_error_emits_no_deletes(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "globex/refunds.md").unlink()
+    (drive / "acme/board.md").write_text("# Board minutes\n\nNew plans.\n")
+
+    class Flaky(DriveConnector):
+        async def documents(self) -> AsyncIterator[SourceDocument]:
+            async for doc in super().documents():
+                if doc.doc_id == "acme/board.md":
+
+                    async def fail() -> bytes:
+                        raise PermissionError("permission denied")
+
+                    doc = replace(doc, fetch=fail)
+                yield doc
+
+    report, events = await harness.run(Flaky(drive))
+    assert events == []
+    assert report.deletes_skipped and report.deletes == 0
+    assert report.errors == ["acme/board.md: cannot read: permission denied"]
+
+    report, events = await harness.run()
+    assert sorted((e.doc_id, e.kind) for e in events) == [
+        ("acme/board.md", EventKind.UPSERT),
+        ("globex/refunds.md", EventKind.DELETE),
+    ], "the unreadable file is retried and the delete happens once the scan is complete"
+    assert not report.deletes_skipped
+
+
+async def test_broken_symlink_is_a_read_error_and_blocks_deletes(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/policies/refunds.md").unlink()
+    (drive / "acme/policies/missing.md").symlink_to(drive / "nowhere.md")
+    (drive / "acme/folder.md").mkdir()  # a folder with a document-like name is just a folder
+    report, events = await harness.run()
+    assert events == []
+    assert report.deletes_skipped
+    [error] = report.errors
+    assert "acme/policies/missing.md" in error and "cannot read" in error
+
+
+async def test_invalid_manifest_is_reported_by_name_and_blocks_its_files(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    manifest = drive / "acme/hr/.ragsync-acl.toml"
+    manifest.write_text('read = ["group:hr", "staff"]\n')
+    (drive / "acme/hr/new.md").write_text("# New\n")
+    report, events = await harness.run()
+    assert events == [], "no file under a broken manifest is emitted, nothing is deleted"
+    assert report.deletes_skipped
+    [error] = report.errors
+    assert str(manifest.resolve()) in error
+    assert "invalid ACL entry 'staff'" in error
+
+    manifest.write_text('reads = ["group:hr"]\n')
+    report, _ = await harness.run()
+    assert str(manifest.resolve()) in report.errors[0] and "reads" in report.errors[0]
+
+    manifest.write_text("read = [\n")
+    report, _ = await harness.run()
+    assert str(manifest.resolve()) in report.errors[0] and "invalid ACL manifest" in report.errors[0]
+
+
+async def test_file_without_tenant_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "d", {"loose.md": "# Loose\n", "t/.ragsync-acl.toml": 'tenant = "t"\n', "t/a.md": "a"})
+    state = ConnectorState(tmp_path / "s.db")
+    events: list[Event] = []
+    report = await scan(DriveConnector(tmp_path / "d"), state, events.append)
+    state.close()
+    assert [(e.tenant, e.doc_id, upsert(e).acl) for e in events] == [("t", "t/a.md", ())]
+    [error] = report.errors
+    assert "loose.md" in error and "no tenant" in error
+    assert report.deletes_skipped
+
+
+async def test_tenant_switch_does_not_inherit_readers_of_the_other_tenant() -> None:
+    from connectors.drive import Manifest
+
+    chain = [("", Manifest(tenant="acme", read=("group:staff",))), ("sub", Manifest(tenant="globex"))]
+    assert resolve_access(chain, "sub/x.md") == ("globex", ())
+    chain = [("", Manifest(read=("group:staff",))), ("sub", Manifest(tenant="globex"))]
+    assert resolve_access(chain, "sub/x.md") == ("globex", ("group:staff",))
+    chain = [("", Manifest(tenant="acme", read=("group:a",))), ("sub", Manifest(tenant="acme"))]
+    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:a",))
+    chain = [
+        ("", Manifest(tenant="acme", read=("group:a",), files={"sub/x.md": {"read": ["user:u"]}})),  # type: ignore[dict-item]
+        ("sub", Manifest(read=("group:b",))),
+    ]
+    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:b",)), "the nearer manifest wins"
+    assert resolve_access(chain[:1], "sub/x.md") == ("acme", ("user:u",))
+
+
+async def test_manifest_move_to_other_tenant_is_delete_then_upsert(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('tenant = "initech"\nread = ["group:hr"]\n')
+    report, events = await harness.run()
+    assert [(e.kind, e.tenant, e.doc_id, e.version) for e in events] == [
+        (EventKind.DELETE, "acme", "acme/hr/notes.txt", 2),
+        (EventKind.UPSERT, "initech", "acme/hr/notes.txt", 1),
+        (EventKind.DELETE, "acme", "acme/hr/salaries.md", 2),
+        (EventKind.UPSERT, "initech", "acme/hr/salaries.md", 1),
+    ]
+    assert (report.deletes, report.upserts) == (2, 2)
+    assert (await harness.run())[1] == []
+
+
+async def test_versions_are_monotonic_through_edit_acl_delete_and_return(harness: Harness, drive: Path) -> None:
+    path = drive / "acme/board.md"
+    history: list[tuple[str, int]] = []
+    for step in ("create", "edit", "acl", "delete", "restore"):
+        if step == "edit":
+            path.write_text("# Board minutes\n\nRevised.\n")
+        elif step == "acl":
+            (drive / "acme/.ragsync-acl.toml").write_text(
+                'tenant = "acme"\nread = ["group:staff"]\n[files."board.md"]\nread = ["group:board", "user:chair"]\n'
+            )
+        elif step == "delete":
+            path.unlink()
+        elif step == "restore":
+            path.write_text("# Board minutes\n\nRevised.\n")
+        _, events = await harness.run()
+        history += [(e.kind.value, e.version) for e in events if e.doc_id == "acme/board.md"]
+    assert history == [("upsert", 1), ("upsert", 2), ("acl", 3), ("delete", 4), ("upsert", 5)]
+
+
+async def test_event_ids_are_deterministic(drive: Path, tmp_path: Path) -> None:
+    runs = []
+    for name in ("one", "two"):
+        h = Harness(drive, tmp_path / name / "state.db")
+        runs.append([e.event_id for e in (await h.run())[1]])
+        h.state.close()
+    assert runs[0] == runs[1] and len(set(runs[0])) == 6
+    source = f"drive:{drive.resolve()}"
+    assert runs[0][0] == make_event_id(source, "acme", "acme/board.md", 1, EventKind.UPSERT)
+
+
+async def test_failed_publish_leaves_state_so_the_next_run_retries(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/board.md").write_text("# Board\n\nchanged\n")
+    failed: list[Event] = []
+
+    def broken(event: Event) -> None:
+        failed.append(event)
+        raise ConnectionError("log unavailable")
+
+    with pytest.raises(ConnectionError):
+        await scan(DriveConnector(drive), harness.state, broken, now=lambda: NOW)
+    _, events = await harness.run()
+    assert [e.event_id for e in events] == [failed[0].event_id]
+
+
+async def test_force_reemits_every_document(harness: Harness) -> None:
+    await harness.run()
+    report, events = await harness.run(force=True)
+    assert report.upserts == 6 and {e.version for e in events} == {2}
+    assert all(e.kind is EventKind.UPSERT for e in events)
+
+
+async def test_invalid_effective_date_is_reported_and_keeps_the_old_version(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    path = drive / "acme/policies/refunds.md"
+    path.write_text("---\neffective_from: 2026-13-01\n---\n# Refund policy\n\nWithin 60 days.\n")
+    report, events = await harness.run()
+    assert events == [] and report.deletes == 0 and not report.deletes_skipped
+    [error] = report.errors
+    assert "acme/policies/refunds.md" in error and "2026-13-01" in error
+
+
+def test_content_metadata_forms() -> None:
+    md = '---\ntitle: "Given"\neffective_from: 2026-05-01T10:30:00Z\n---\n# Heading\n'
+    meta = content_metadata("markdown", md)
+    assert meta.title == "Given" and meta.effective_from == datetime(2026, 5, 1, 10, 30, tzinfo=UTC)
+    meta = content_metadata("markdown", "---\neffective_from: '2026-05-01 10:30'\n---\nText\n\n## Sub\n")
+    assert meta.title == "Sub" and meta.effective_from == datetime(2026, 5, 1, 10, 30, tzinfo=UTC)
+    assert content_metadata("markdown", "```\n# not a heading\n```\n").title is None
+    html = '<h1>Title<a class="headerlink">¶</a></h1><meta name="effective_from" content="2026-07-01">'
+    assert content_metadata("html", html).title == "Title"
+    assert content_metadata("text", "# x").title is None
