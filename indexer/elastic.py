@@ -1,0 +1,521 @@
+"""Cluster lexical index: Elasticsearch BM25, one index per tenant behind an alias.
+
+Why one index per tenant: BM25's collection statistics (document frequencies, average field
+length) are per index (per shard, and each tenant index has exactly one shard), so a tenant's
+scores never depend on another tenant's corpus, the same reason the SQLite adapter keeps one
+FTS table per tenant. Every index still stores `tenant` and every query still filters on it:
+the alias is the isolation, the term filter is the second lock on the same door.
+
+Why an alias: `<prefix>-<tenant>-passages` points at `<prefix>-<tenant>-passages-v1`, so a
+re-mapping can build `-v2` and swap the alias without readers noticing. Writes pass
+`require_alias=true`, so a missing alias can never auto-create a dynamically mapped index.
+
+Queries are only `multi_match` over the analysed `text` and `heading` fields, built from at
+most 64 plain words (`indexer.text.query_terms`): user text never reaches a query parser, so
+`tenant:globex` or `acl:*` are two words searched inside the principal's own tenant. The
+permission filter (tenant, ACL entries, as-of validity) sits in `bool.filter` of the same
+request and the floor is `min_score`, so a denied or weak passage is never returned.
+
+Write path for supersede / set_acl / delete_doc (decision, probed on the integ-test
+distribution this project runs, Elasticsearch 8.19 with only the modules apm,
+transport-netty4, x-pack-core and x-pack-security): `update_by_query` and `delete_by_query`
+live in the `reindex` module and a field-setting `update_by_query` also needs a Painless
+script (`lang-painless`); neither module is there. The adapter therefore always uses the
+portable path: list the document's passages (term filter, `search_after` over `passage_id`),
+then one `_bulk` of partial-document updates or deletes by `_id`. It is the only path that can
+be tested here, it needs no scripting, and `supersede` uses optimistic concurrency
+(`if_seq_no`/`if_primary_term`) so a conditional update is never applied to a passage that
+changed after it was read; a conflict re-reads and retries. Revocations and deletions are
+written with `refresh=true` (visible to the very next query, immediately); ingestion writes use
+the configured refresh, `wait_for` by default (visible before the call returns, without forcing
+extra segments). `modules()` reports what the server has, for operators and tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from elastic_transport import Transport, TransportApiResponse
+from elasticsearch import BadRequestError, Elasticsearch
+
+from indexer.payload import doc_to_passage, iso, passage_to_doc
+from indexer.ports import Hit
+from indexer.text import query_terms
+from schemas.passages import Passage
+from schemas.principal import AccessFilter
+
+log = logging.getLogger(__name__)
+
+INDEX_GENERATION = 1
+"""Suffix of the concrete index behind each tenant alias (`-v1`); bump it with a new mapping."""
+
+HEADING_BOOST = 2.0
+"""Weight of the heading (title + heading path) against 1.0 for the body, as in the SQLite adapter."""
+
+BULK_CHUNK = 500
+"""Operations per `_bulk` request: bounds request size for large documents."""
+
+PAGE_SIZE = 1000
+"""Passages per page when listing one document's passages for an update or delete."""
+
+WRITE_ATTEMPTS = 5
+"""Re-read-and-retry rounds when an optimistic-concurrency update meets a concurrent write."""
+
+MAX_ID_BYTES = 512
+"""Elasticsearch rejects longer `_id`s; longer passage IDs are hashed (see `doc_key`)."""
+
+_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
+_COMPAT = re.compile(r"compatible-with=\d+")
+
+
+class ElasticWriteError(RuntimeError):
+    """A bulk item failed. The caller's event stays uncommitted and is retried."""
+
+
+class CompatTransport(Transport):
+    """Speaks the server's REST-compatibility version, whatever the client's major version is.
+
+    The 9.x Python client sends `compatible-with=9` in Accept/Content-Type, which an 8.x server
+    refuses ("Accept version must be either version 8 or 7"). The only Elasticsearch that can
+    be run here is the 8.19 integ-test distribution (no 9.x one resolves from Maven Central),
+    and the project pins the 9.x client. This transport asks the local node's version once with
+    plain JSON headers and rewrites the compatibility version to the server's major; against a 9.x
+    server it changes nothing.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._server_major: str | None = None
+        self._probe_lock = threading.Lock()
+
+    def server_major(self) -> str:
+        if self._server_major is None:
+            with self._probe_lock:
+                if self._server_major is None:
+                    # not `GET /`: that handler lives in the `rest-root` module, absent from the integ-test zip
+                    response = super().perform_request(
+                        "GET", "/_nodes/_local?filter_path=nodes.*.version", headers={"accept": "application/json"}
+                    )
+                    (version,) = {str(node["version"]) for node in response.body["nodes"].values()}
+                    self._server_major = version.partition(".")[0]
+        return self._server_major
+
+    def perform_request(self, method: str, target: str, **kwargs: Any) -> TransportApiResponse:
+        headers = kwargs.get("headers")
+        if isinstance(headers, Mapping):
+            major = self.server_major()
+            kwargs["headers"] = {
+                k: _COMPAT.sub(f"compatible-with={major}", v) if isinstance(v, str) else v for k, v in headers.items()
+            }
+        return super().perform_request(method, target, **kwargs)
+
+
+def connect(url: str, *, request_timeout: float = 30.0, max_retries: int = 3) -> Elasticsearch:
+    """One client per adapter: retries timeouts and overload (429/502/503/504) with backoff."""
+    return Elasticsearch(
+        url,
+        transport_class=CompatTransport,
+        request_timeout=request_timeout,
+        max_retries=max_retries,
+        retry_on_timeout=True,
+        retry_on_status=(429, 502, 503, 504),
+    )
+
+
+def check_prefix(prefix: str) -> str:
+    """Index names must be lowercase and may not start with `-`, `_` or `+`."""
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"index prefix must match {_PREFIX.pattern}: {prefix!r}")
+    return prefix
+
+
+def tenant_slug(tenant: str) -> str:
+    """Lower-case tenant plus a hash of the exact name: `Acme` and `acme` get different indexes."""
+    return f"{tenant.lower()}-{hashlib.sha256(tenant.encode()).hexdigest()[:8]}"
+
+
+def doc_key(passage_id: str) -> str:
+    """`_id` = passage_id; a passage ID over 512 bytes (doc IDs may be 1024 chars) is hashed.
+
+    A hashed key cannot collide with a real passage ID: those always contain `@` and `#`.
+    """
+    if len(passage_id.encode()) <= MAX_ID_BYTES:
+        return passage_id
+    return "sha256:" + hashlib.sha256(passage_id.encode()).hexdigest()
+
+
+def raise_bulk_errors(response: Mapping[str, Any], *, ignore_missing: bool = True) -> list[dict[str, Any]]:
+    """Raise on failed items; return the version conflicts (409) for the caller to retry."""
+    conflicts: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for item in response.get("items", []):
+        ((action, result),) = item.items()
+        status = int(result.get("status", 200))
+        if status < 300:
+            continue
+        if status == 404 and ignore_missing and action in ("update", "delete"):
+            continue  # the passage is already gone: nothing to revoke or delete
+        if status == 409:
+            conflicts.append(result)
+            continue
+        failures.append(f"{action} {result.get('_id')}: {status} {result.get('error')}")
+    if failures:
+        raise ElasticWriteError(f"{len(failures)} bulk item(s) failed, first: {failures[0]}")
+    return conflicts
+
+
+def _open_at(field: str, at: str) -> dict[str, Any]:
+    """Validity still open at the instant: no end, or an end strictly after it."""
+    return {
+        "bool": {
+            "should": [
+                {"bool": {"must_not": {"exists": {"field": field}}}},
+                {"range": {field: {"gt": at}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def access_query(access: AccessFilter) -> list[dict[str, Any]]:
+    """Tenant, ACL entries and as-of instant: `bool.filter` clauses of every search."""
+    as_of = iso(access.as_of)
+    return [
+        {"term": {"tenant": access.tenant}},
+        {"terms": {"acl": list(access.entries)}},
+        {"range": {"effective_from": {"lte": as_of}}},
+        _open_at("superseded_on", as_of),
+    ]
+
+
+def _keyword(**extra: Any) -> dict[str, Any]:
+    return {"type": "keyword", **extra}
+
+
+def passage_mapping(prefix: str, tenant: str, chunker_versions: Sequence[str]) -> dict[str, Any]:
+    """Strict mapping: an unknown field is a bug, not a new dynamically typed column."""
+    return {
+        "dynamic": "strict",
+        "_meta": _meta(prefix, tenant, chunker_versions),
+        "properties": {
+            "passage_id": _keyword(),
+            "doc_id": _keyword(),
+            "tenant": _keyword(),
+            "acl": _keyword(),
+            "anchor": _keyword(ignore_above=2048),
+            "source_url": _keyword(ignore_above=8191),
+            "chunker_version": _keyword(),
+            "version": {"type": "integer"},
+            "effective_from": {"type": "date"},
+            "superseded_on": {"type": "date"},
+            "heading_path": _keyword(ignore_above=2048),
+            "title": {"type": "keyword", "index": False, "doc_values": False},
+            "text": {"type": "text", "analyzer": "standard"},
+            "heading": {"type": "text", "analyzer": "standard"},
+        },
+    }
+
+
+def _meta(prefix: str, tenant: str, chunker_versions: Sequence[str]) -> dict[str, Any]:
+    versions = sorted(set(chunker_versions))
+    return {
+        "ragsync": {"prefix": prefix, "tenant": tenant, "kind": "passages", "generation": INDEX_GENERATION},
+        "chunker_version": versions[-1] if len(versions) == 1 else ",".join(versions),
+        "chunker_versions": versions,
+    }
+
+
+def passage_settings(k1: float, b: float) -> dict[str, Any]:
+    """One shard (exact per-tenant statistics), no replica (single node), BM25 with k1/b.
+
+    The standard analyzer is in the server core; language analyzers and stemmers live in
+    `analysis-common`, which the integ-test distribution lacks, so the mapping does not use them.
+    """
+    return {
+        "number_of_shards": 1,
+        "number_of_replicas": 0,
+        "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
+    }
+
+
+class ElasticLexicalIndex:
+    name = "elasticsearch"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "ragsync",
+        k1: float = 1.2,
+        b: float = 0.75,
+        refresh: str = "wait_for",
+    ) -> None:
+        self._es = connect(url)
+        self.prefix = check_prefix(prefix)
+        self.k1 = k1
+        self.b = b
+        self._refresh = refresh
+        self._lock = threading.Lock()
+        self._chunkers: dict[str, set[str]] = {}
+        """alias -> chunker versions recorded in its `_meta`; presence means the alias exists."""
+        self._modules: list[str] | None = None
+
+    # ---- names ---------------------------------------------------------------------------------
+
+    def alias(self, tenant: str) -> str:
+        return f"{self.prefix}-{tenant_slug(tenant)}-passages"
+
+    def index_name(self, tenant: str) -> str:
+        return f"{self.alias(tenant)}-v{INDEX_GENERATION}"
+
+    @property
+    def client(self) -> Elasticsearch:
+        return self._es
+
+    def modules(self) -> list[str]:
+        """Modules and plugins of the first node (e.g. whether `reindex` exists); probed once."""
+        if self._modules is None:
+            info = self._es.nodes.info(metric="plugins")
+            names: set[str] = set()
+            for node in info["nodes"].values():
+                names.update(m["name"] for m in node.get("modules", []))
+                names.update(p["name"] for p in node.get("plugins", []))
+            self._modules = sorted(names)
+        return self._modules
+
+    # ---- index lifecycle -----------------------------------------------------------------------
+
+    def _ensure(self, tenant: str, chunker_versions: set[str]) -> str:
+        """Create the tenant's index and alias on first write; keep `_meta.chunker_version` current."""
+        alias = self.alias(tenant)
+        with self._lock:
+            known = self._chunkers.get(alias)
+        if known is None:
+            known = self._load_or_create(tenant, alias, chunker_versions)
+        if not chunker_versions <= known:
+            merged = known | chunker_versions
+            self._es.indices.put_mapping(index=alias, meta=_meta(self.prefix, tenant, sorted(merged)))
+            known = merged
+        with self._lock:
+            self._chunkers[alias] = known
+        return alias
+
+    def _load_or_create(self, tenant: str, alias: str, chunker_versions: set[str]) -> set[str]:
+        if not self._es.indices.exists_alias(name=alias):
+            try:
+                self._es.indices.create(
+                    index=self.index_name(tenant),
+                    aliases={alias: {"is_write_index": True}},
+                    settings=passage_settings(self.k1, self.b),
+                    mappings=passage_mapping(self.prefix, tenant, sorted(chunker_versions)),
+                )
+                return set(chunker_versions)
+            except BadRequestError as exc:
+                if exc.error != "resource_already_exists_exception":
+                    raise
+                # another writer created it concurrently: fall through and read its _meta
+        mapping = self._es.indices.get_mapping(index=alias)
+        recorded: set[str] = set()
+        for body in mapping.values():
+            recorded.update(body["mappings"].get("_meta", {}).get("chunker_versions", []))
+        return recorded
+
+    def drop_all(self) -> None:
+        """Delete every passage index of this prefix (their aliases go with them); for tests.
+
+        Only indexes whose `_meta` names this exact prefix are deleted, so `ragsync` never
+        removes `ragsync-test-…` indexes or the doc-state and audit indexes of the same prefix.
+        """
+        found = self._es.indices.get(index=f"{self.prefix}-*", expand_wildcards="all", allow_no_indices=True)
+        doomed = [
+            name
+            for name, body in found.items()
+            if body.get("mappings", {}).get("_meta", {}).get("ragsync", {}).get("prefix") == self.prefix
+            and body["mappings"]["_meta"]["ragsync"].get("kind") == "passages"
+        ]
+        if doomed:
+            self._es.indices.delete(index=",".join(doomed), ignore_unavailable=True)
+        with self._lock:
+            self._chunkers.clear()
+
+    # ---- writes --------------------------------------------------------------------------------
+
+    def upsert(self, passages: Sequence[Passage]) -> None:
+        if not passages:
+            return
+        by_tenant: dict[str, list[Passage]] = {}
+        for p in passages:
+            by_tenant.setdefault(p.tenant, []).append(p)
+        for tenant, group in by_tenant.items():
+            alias = self._ensure(tenant, {p.chunker_version for p in group})
+            ops: list[dict[str, Any]] = []
+            for p in group:
+                doc = passage_to_doc(p)
+                doc["heading"] = " ".join((p.title, *p.heading_path)).strip()
+                ops.append({"index": {"_index": alias, "_id": doc_key(p.passage_id)}})
+                ops.append(doc)
+            self._bulk(ops, refresh=self._refresh)
+
+    def _bulk(self, ops: list[dict[str, Any]], *, refresh: str | bool) -> list[dict[str, Any]]:
+        """Send ops in chunks (action + optional source per item); return 409 conflicts."""
+        conflicts: list[dict[str, Any]] = []
+        chunk: list[dict[str, Any]] = []
+        items = 0
+        i = 0
+        while i < len(ops):
+            action = ops[i]
+            width = 1 if "delete" in action else 2
+            chunk.extend(ops[i : i + width])
+            items += 1
+            i += width
+            if items >= BULK_CHUNK or i >= len(ops):
+                response = self._es.bulk(operations=chunk, refresh=refresh, require_alias=True)  # type: ignore[arg-type]
+                conflicts.extend(raise_bulk_errors(response.body))
+                chunk, items = [], 0
+        return conflicts
+
+    def _passages(self, alias: str, filters: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Every matching passage (id, seq_no, primary_term), paged by `search_after` on passage_id."""
+        if self._refresh not in ("true", "wait_for", True):
+            # writes of this adapter may not be searchable yet: a revocation must see all of them
+            self._es.indices.refresh(index=alias, ignore_unavailable=True)
+        after: list[Any] | None = None
+        while True:
+            response = self._es.search(
+                index=alias,
+                query={"bool": {"filter": filters}},
+                size=PAGE_SIZE,
+                sort=[{"passage_id": "asc"}],
+                source=False,
+                seq_no_primary_term=True,
+                search_after=after,
+                ignore_unavailable=True,
+                allow_no_indices=True,
+            )
+            hits = response["hits"]["hits"]
+            yield from hits
+            if len(hits) < PAGE_SIZE:
+                return
+            after = hits[-1]["sort"]
+
+    def _doc_filters(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
+        return [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]
+
+    def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
+        if not passage_ids or not self._alias_exists(tenant):
+            return
+        alias = self.alias(tenant)
+        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=True)
+
+    def delete_doc(self, tenant: str, doc_id: str) -> None:
+        if not self._alias_exists(tenant):
+            return
+        alias = self.alias(tenant)
+        ids = [h["_id"] for h in self._passages(alias, self._doc_filters(tenant, doc_id))]
+        if ids:
+            self._bulk([{"delete": {"_index": alias, "_id": i}} for i in ids], refresh=True)
+
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+        """Partial-document update of `acl` on every version; `retry_on_conflict` absorbs a racing write."""
+        if not self._alias_exists(tenant):
+            return
+        alias = self.alias(tenant)
+        filters = self._doc_filters(tenant, doc_id)
+        for _ in range(WRITE_ATTEMPTS):
+            ops: list[dict[str, Any]] = []
+            for h in self._passages(alias, filters):
+                ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
+                ops.append({"doc": {"acl": list(acl)}})
+            if not ops or not self._bulk(ops, refresh=True):
+                return
+        raise ElasticWriteError(f"set_acl {tenant}/{doc_id}: still conflicting after {WRITE_ATTEMPTS} attempts")
+
+    def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
+        """Close validity of older versions still open past the instant; never reopens one."""
+        if not self._alias_exists(tenant):
+            return
+        alias = self.alias(tenant)
+        at = iso(superseded_on)
+        filters = [
+            *self._doc_filters(tenant, doc_id),
+            {"range": {"version": {"lt": before_version}}},
+            _open_at("superseded_on", at),
+        ]
+        for _ in range(WRITE_ATTEMPTS):
+            ops: list[dict[str, Any]] = []
+            for h in self._passages(alias, filters):
+                ops.append(
+                    {
+                        "update": {
+                            "_index": alias,
+                            "_id": h["_id"],
+                            "if_seq_no": h["_seq_no"],
+                            "if_primary_term": h["_primary_term"],
+                        }
+                    }
+                )
+                ops.append({"doc": {"superseded_on": at}})
+            # a conflict means the passage changed since it was read: re-read, re-check, retry
+            if not ops or not self._bulk(ops, refresh=self._refresh):
+                return
+        raise ElasticWriteError(f"supersede {tenant}/{doc_id}: still conflicting after {WRITE_ATTEMPTS} attempts")
+
+    def _alias_exists(self, tenant: str) -> bool:
+        alias = self.alias(tenant)
+        with self._lock:
+            if alias in self._chunkers:
+                return True
+        return bool(self._es.indices.exists_alias(name=alias))
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def query_text(query: str) -> str:
+        """At most 64 distinct plain words: bounds the work of a 10 KB query, drops all syntax."""
+        return " ".join(query_terms(query))
+
+    def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        text = self.query_text(query)
+        if not text or not access.entries or limit <= 0:
+            return []
+        match = {
+            "multi_match": {
+                "query": text,
+                "fields": ["text", f"heading^{HEADING_BOOST:g}"],
+                "type": "most_fields",
+                "operator": "or",
+            }
+        }
+        response = self._es.search(
+            index=self.alias(access.tenant),
+            query={"bool": {"must": [match], "filter": access_query(access)}},
+            min_score=floor,
+            size=limit,
+            sort=[{"_score": "desc"}, {"passage_id": "asc"}],
+            track_scores=True,
+            source_excludes=["heading"],
+            ignore_unavailable=True,
+            allow_no_indices=True,
+        )
+        return [Hit(passage=doc_to_passage(h["_source"]), score=float(h["_score"])) for h in response["hits"]["hits"]]
+
+    def count(self, tenant: str, doc_id: str | None = None) -> int:
+        filters: list[dict[str, Any]] = [{"term": {"tenant": tenant}}]
+        if doc_id is not None:
+            filters.append({"term": {"doc_id": doc_id}})
+        response = self._es.count(
+            index=self.alias(tenant),
+            query={"bool": {"filter": filters}},
+            ignore_unavailable=True,
+            allow_no_indices=True,
+        )
+        return int(response["count"])
+
+    def close(self) -> None:
+        self._es.close()
