@@ -12,10 +12,12 @@ Two choices worth knowing about:
   it reads like the rule instead of the exception; with the prefix each item stays self-describing
   for BM25, for the embedder and for the answering model, and the prefix is verbatim source text so
   quotes still match.
-* Table rows are rendered "Header1: cell1; Header2: cell2". A row passage must make sense alone;
-  pairing each value with its column name keeps the meaning on one line, puts the header words next
-  to the value for lexical search, and avoids the layout noise (pipes, separator lines) that a
-  Markdown rendering would spend the size budget on.
+* Table rows are rendered as a two-line Markdown table, "| h1 | h2 |\n| c1 | c2 |": the header row
+  travels with every row (repeated on each piece if a row is ever cut), so a row passage makes
+  sense alone and the column names are there for lexical and dense search. The pipe form was chosen
+  over "h1: c1; h2: c2" because the row line is then the document's own text: for Markdown sources a
+  quote taken from the passage is found verbatim (up to whitespace) in the file the user opens,
+  and answers must quote their sources.
 """
 
 from __future__ import annotations
@@ -76,7 +78,6 @@ class _Unit:
     heading_id: int
     block: int
     group: int = -1
-    sep: str = "\n"
     prefix: list[str] = field(default_factory=list)
     parts: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
 
@@ -138,9 +139,8 @@ class _Builder:
         parts: list[tuple[str, bool]] | None = None,
         *,
         group: int = -1,
-        sep: str = "\n",
     ) -> _Unit:
-        unit = _Unit(kind, self.path, self.heading_id, self.block, group, sep, [], parts or [])
+        unit = _Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [])
         self.units.append(unit)
         return unit
 
@@ -152,31 +152,9 @@ def _collapse(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def _render_row(header: list[str], cells: list[tuple[str, int]]) -> list[str]:
-    """Pair each cell with its column header; spans are expanded so later columns still line up."""
-    out: list[str] = []
-    col = 0
-    for text, span in cells:
-        label = header[col] if col < len(header) else ""
-        col += max(span, 1)
-        if not text:
-            continue
-        out.append(f"{label}: {text}" if label and label != text else text)
-    return out
-
-
-def _expand_header(rows: list[list[tuple[str, int]]]) -> list[str]:
-    columns: list[list[str]] = []
-    for row in rows:
-        col = 0
-        for text, span in row:
-            for _ in range(max(span, 1)):
-                while len(columns) <= col:
-                    columns.append([])
-                if text and text not in columns[col]:
-                    columns[col].append(text)
-                col += 1
-    return [" ".join(c) for c in columns]
+def _row_line(cells: list[str]) -> str:
+    """One table row as its Markdown source line; a literal pipe is escaped as Markdown does."""
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
 # --------------------------------------------------------------------------- markdown
@@ -231,10 +209,11 @@ def _md_items(tokens: list[Token], start: int, stop: int) -> list[tuple[int, int
     return items
 
 
-def _md_table(tokens: list[Token], start: int, stop: int) -> tuple[list[str], list[list[tuple[str, int]]]]:
-    head: list[list[tuple[str, int]]] = []
-    body: list[list[tuple[str, int]]] = []
-    row: list[tuple[str, int]] = []
+def _md_table(tokens: list[Token], start: int, stop: int) -> tuple[list[str], list[str]]:
+    """(header lines, body row lines) of the table opened at tokens[start]."""
+    head: list[str] = []
+    body: list[str] = []
+    row: list[str] = []
     in_head = False
     for j in range(start, stop):
         tok = tokens[j]
@@ -245,10 +224,10 @@ def _md_table(tokens: list[Token], start: int, stop: int) -> tuple[list[str], li
         elif tok.type == "tr_open":
             row = []
         elif tok.type in ("th_open", "td_open") and j + 1 < stop and tokens[j + 1].type == "inline":
-            row.append((_collapse(_inline_text(tokens[j + 1])), 1))
+            row.append(_collapse(_inline_text(tokens[j + 1])))
         elif tok.type == "tr_close":
-            (head if in_head else body).append(row)
-    return _expand_header(head), body
+            (head if in_head else body).append(_row_line(row))
+    return head, body
 
 
 def _md_blocks(tokens: list[Token], start: int, stop: int, depth: int) -> list[tuple[str, bool]]:
@@ -273,7 +252,7 @@ def _md_blocks(tokens: list[Token], start: int, stop: int, depth: int) -> list[t
             parts.append((tok.content.rstrip("\n"), True))
         elif tok.type == "table_open":
             header, rows = _md_table(tokens, j, end)
-            parts.extend(("; ".join(_render_row(header, row)), False) for row in rows)
+            parts.extend((line, False) for line in [*header, *rows])
         elif tok.type == "blockquote_open":
             parts.extend(_md_blocks(tokens, j + 1, end - 1, depth))
         elif tok.type == "html_block":
@@ -307,10 +286,8 @@ def _markdown_units(content: str) -> list[_Unit]:
         elif tok.type == "table_open":
             group = b.new_group()
             header, rows = _md_table(tokens, i, end)
-            if not rows and header:
-                b.unit("row", [("; ".join(h for h in header if h), False)], group=group)
-            for row in rows:
-                b.unit("row", [(p, False) for p in _render_row(header, row)], group=group, sep="; ")
+            for row in rows or [""]:
+                b.unit("row", [(row, False)] if row else [], group=group).prefix.extend(header)
         elif tok.type == "blockquote_open":
             b.unit("para", _md_blocks(tokens, i + 1, end - 1, 0))
         elif tok.type == "html_block":
@@ -435,9 +412,9 @@ class _TableCtx:
     group: int
     owner: _OpenUnit | None
     flatten: bool
-    head_rows: list[list[tuple[str, int]]] = field(default_factory=list)
-    header: list[str] = field(default_factory=list)
-    row: list[tuple[str, int]] | None = None
+    header: list[str] = field(default_factory=list)  # rendered header lines
+    header_emitted: bool = False
+    row: list[str] | None = None
     row_all_th: bool = True
     in_head: bool = False
     body_rows: int = 0
@@ -654,8 +631,7 @@ class _HtmlReader(HTMLParser):
                 table.row_all_th = table.row_all_th and tag == "th"
                 el.cell = True
                 self._cell = []
-                span = a.get("colspan") or "1"
-                table.row.append(("", int(span) if span.isdigit() else 1))
+                table.row.append("")
         elif tag in _BLOCK_TAGS and self._units:
             self._break()
             el.part_break = True
@@ -715,8 +691,7 @@ class _HtmlReader(HTMLParser):
         if el.cell and self._cell is not None:
             table = self._tables[-1]
             if table.row:
-                text = _collapse("".join(self._cell).replace("¶", ""))
-                table.row[-1] = (text, table.row[-1][1])
+                table.row[-1] = _collapse("".join(self._cell).replace("¶", ""))
             self._cell = None
         if el.row:
             self._finish_row(self._tables[-1])
@@ -749,27 +724,32 @@ class _HtmlReader(HTMLParser):
         row, table.row = table.row, None
         if table.flatten or not row:
             return
+        if not any(row):
+            return
         if table.in_head or (not table.header and table.body_rows == 0 and table.row_all_th):
-            table.head_rows.append(row)
-            table.header = _expand_header(table.head_rows)
+            table.header.append(_row_line(row))
             return
         table.body_rows += 1
-        self._emit_row(table, _render_row(table.header, row))
+        self._emit_row(table, _row_line(row))
 
-    def _emit_row(self, table: _TableCtx, cells: list[str]) -> None:
-        if not cells:
+    def _emit_row(self, table: _TableCtx, line: str) -> None:
+        """A row of a table inside a list item or definition becomes lines of that unit instead."""
+        if table.owner is None:
+            unit = self.b.unit("row", [(line, False)] if line else [], group=table.group)
+            unit.prefix.extend(table.header)
             return
-        if table.owner is not None:
-            table.owner.unit.parts.append(("; ".join(cells), False))
-        else:
-            self.b.unit("row", [(c, False) for c in cells], group=table.group, sep="; ")
+        if not table.header_emitted:
+            table.owner.unit.parts.extend((h, False) for h in table.header)
+            table.header_emitted = True
+        if line:
+            table.owner.unit.parts.append((line, False))
 
     def _finish_table(self, table: _TableCtx) -> None:
         if table.flatten:
             return
         self._finish_row(table)
         if table.body_rows == 0 and table.header:
-            self._emit_row(table, [h for h in table.header if h])
+            self._emit_row(table, "")
 
     def finish(self) -> list[_Unit]:
         self.close()
@@ -835,7 +815,7 @@ def _size(units: list[_Unit], max_chars: int) -> list[_Piece]:
     for unit in units:
         parts = [(t, code) for t, code in unit.parts if t.strip()]
         prefix = "\n".join(p for p in unit.prefix if p)
-        body = unit.sep.join(t for t, _ in parts)
+        body = "\n".join(t for t, _ in parts)
         whole = f"{prefix}\n{body}" if prefix and body else prefix or body
         if len(whole) <= max_chars:
             texts = [whole]
@@ -845,7 +825,7 @@ def _size(units: list[_Unit], max_chars: int) -> list[_Piece]:
             else:
                 parts = [(p, False) for p in unit.prefix if p] + parts
                 prefix, budget = "", max_chars
-            packed = _pack([s for t, code in parts for s in _split(t, code, budget)], unit.sep, budget)
+            packed = _pack([s for t, code in parts for s in _split(t, code, budget)], "\n", budget)
             texts = [f"{prefix}\n{p}" if prefix else p for p in packed]
         for text in texts:
             if text.strip():

@@ -98,8 +98,8 @@ def test_markdown_structure() -> None:
 
     eu = by_text(chunks, "EU")
     assert eu.heading_path == ("Refund policy", "Exceptions", "Regional rules")
-    assert eu.text == "Region: EU; Window: 14 days; Notes: statutory"
-    assert by_text(chunks, "US").text == "Region: US; Window: 30 days"
+    assert eu.text == "| Region | Window | Notes |\n| EU | 14 days | statutory |"
+    assert by_text(chunks, "US").text == "| Region | Window | Notes |\n| US | 30 days |  |"
 
     code = by_text(chunks, "def refund")
     assert code.heading_path == ("Refund policy", "Process")
@@ -125,7 +125,31 @@ def test_markdown_heading_path_after_going_back_up() -> None:
 def test_markdown_items_and_rows_are_never_merged_but_paragraphs_are() -> None:
     md = "# S\n\none.\n\ntwo.\n\n- x\n- y\n\n| h |\n|---|\n| 1 |\n| 2 |\n\nthree.\n\n# T\n\nfour.\n"
     texts = [c.text for c in chunk_document(md, "markdown")]
-    assert texts == ["one.\n\ntwo.", "x", "y", "h: 1", "h: 2", "three.", "four."]
+    assert texts == ["one.\n\ntwo.", "x", "y", "| h |\n| 1 |", "| h |\n| 2 |", "three.", "four."]
+
+
+def test_table_rows_are_quotable_from_the_markdown_source() -> None:
+    md = (
+        "Fees per plan:\n\n| Plan   | Fee (EUR) | Notes |\n|:-------|----------:|-------|\n"
+        "| Basic  | 10        | a \\| b |\n| Pro    | 50        | `x`   |\n\n"
+        "- Item with a table:\n\n  | k | v |\n  |---|---|\n  | a | 1 |\n"
+    )
+    chunks = chunk_document(md, "markdown")
+    assert [c.text for c in chunks] == [
+        "Fees per plan:\n| Plan | Fee (EUR) | Notes |\n| Basic | 10 | a \\| b |",
+        "Fees per plan:\n| Plan | Fee (EUR) | Notes |\n| Pro | 50 | x |",
+        "Item with a table:\n| k | v |\n| a | 1 |",
+    ]
+    flat_source = " ".join(md.split())
+    basic_row = chunks[0].text.splitlines()[-1]
+    assert " ".join(basic_row.split()) in flat_source
+
+
+def test_oversized_table_row_repeats_its_header() -> None:
+    md = "| Name | Description |\n|---|---|\n| alpha | " + "Long words here. " * 20 + "|\n"
+    chunks = chunk_document(md, "markdown", max_chars=120)
+    assert_well_formed(chunks, 120)
+    assert len(chunks) > 2 and all(c.text.startswith("| Name | Description |\n") for c in chunks)
 
 
 def test_long_lead_in_is_kept_as_its_own_passage() -> None:
@@ -185,8 +209,8 @@ def test_html_structure() -> None:
     assert back.heading_path == ("Guide & Manual", "Setup")
     assert back.text == "Back in setup.", "a section boundary ends the passage"
 
-    assert by_text(chunks, "Basic").text == "Plan: Basic; Seats: 5"
-    assert by_text(chunks, "Pro").text == "Plan: Pro; Seats: 50"
+    assert by_text(chunks, "Basic").text == "| Plan | Seats |\n| Basic | 5 |"
+    assert by_text(chunks, "Pro").text == "| Plan | Seats |\n| Pro | 50 |"
     assert by_text(chunks, "Pro").heading_path == ("Guide & Manual", "Limits")
     assert by_text(chunks, "timeout").text == "timeout\nSeconds to wait."
     assert by_text(chunks, "retries").text == "retries\ntries\nHow often to retry."
