@@ -64,6 +64,10 @@ class ExtractiveModel:
         ranked = self._ranked(turn.question, turn.evidence)
         good = [r for r in ranked if r[0] >= self.min_coverage]
         if good:
+            # Further claims must cover the question nearly as well as the best one, so a
+            # neighbouring table row or sentence that merely shares words is not cited.
+            good = [r for r in good if r[0] >= good[0][0] * 0.9]
+        if good:
             claims = []
             used: set[str] = set()
             for _, _, ev, sentence in good:
