@@ -1,0 +1,144 @@
+"""Elasticsearch-specific behaviour of the doc-state store and the deletion audit.
+
+The contract suite checks round trips and once-per-event appends; these pin the storage
+choices: exact millisecond instants, create-only audit documents that a redelivery cannot
+overwrite, receipt ordering, keys that survive long and odd IDs, and visibility to a second
+client right after a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from conftest import NOW, require_service, unique
+
+from indexer.ports import DeletionRecord, DocState
+
+ES = "http://127.0.0.1:9200"
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    require_service("elasticsearch")
+    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+
+    value = unique("ragsync-test-")
+    yield value
+    for cls in (ElasticDocStates, ElasticDeletionAudit):
+        store = cls(ES, prefix=value)
+        store.drop_all()
+        store.close()
+
+
+def record(event_id: str, *, received_ms: int = 0, tenant: str = "acme", removed: int = 4) -> DeletionRecord:
+    at = NOW + timedelta(milliseconds=received_ms)
+    return DeletionRecord(
+        event_id=event_id,
+        tenant=tenant,
+        doc_id="a.md",
+        version=2,
+        received_at=at,
+        removed_at={"elasticsearch": at + timedelta(milliseconds=3), "qdrant": at + timedelta(milliseconds=7)},
+        cache_invalidated_at=at + timedelta(milliseconds=11),
+        passages_removed=removed,
+    )
+
+
+def test_doc_state_is_visible_to_another_client_and_keeps_odd_ids(prefix: str) -> None:
+    from indexer.elastic_state import ElasticDocStates
+
+    writer, reader = ElasticDocStates(ES, prefix=prefix), ElasticDocStates(ES, prefix=prefix)
+    try:
+        odd = "dir/ü n\x00i@c#o:d*e/" + "x" * 1000
+        state = DocState(tenant="Acme", doc_id=odd, applied_version=7, acl=("group:a", "user:b"), passage_ids=["p"])
+        writer.put(state)
+        assert reader.get("Acme", odd) == state
+        assert reader.get("acme", odd) is None  # tenant names are case-sensitive
+        writer.put(DocState(tenant="Acme", doc_id=odd, applied_version=8, deleted=True))
+        got = reader.get("Acme", odd)
+        assert got is not None and got.deleted and got.applied_version == 8 and got.acl == ()
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_chunker_versions_of_live_documents(prefix: str) -> None:
+    from indexer.elastic_state import ElasticDocStates
+
+    docs = ElasticDocStates(ES, prefix=prefix)
+    try:
+        assert docs.chunker_versions() == set()
+        docs.put(DocState(tenant="acme", doc_id="a.md", applied_version=1, chunker_version="c1"))
+        docs.put(DocState(tenant="acme", doc_id="b.md", applied_version=1, chunker_version="c2"))
+        docs.put(DocState(tenant="acme", doc_id="c.md", applied_version=2, deleted=True, chunker_version="c0"))
+        assert docs.chunker_versions() == {"c1", "c2"}
+    finally:
+        docs.close()
+
+
+def test_audit_round_trips_instants_to_the_millisecond(prefix: str) -> None:
+    from indexer.elastic_state import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    try:
+        rec = record("e-ms", received_ms=123)
+        audit.append(rec)
+        (got,) = audit.records("acme")
+        assert got == rec
+        assert got.removed_at["qdrant"] - got.received_at == timedelta(milliseconds=7)
+        source = audit._es.get(index=audit.index, id="e-ms")["_source"]
+        assert source["received_at"] == int((NOW + timedelta(milliseconds=123)).timestamp() * 1000)
+    finally:
+        audit.close()
+
+
+def test_redelivery_never_overwrites_the_first_record(prefix: str) -> None:
+    from indexer.elastic_state import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    other = ElasticDeletionAudit(ES, prefix=prefix)  # a second worker redelivering the same event
+    try:
+        audit.append(record("e1", removed=4))
+        other.append(record("e1", removed=99, received_ms=500))
+        (got,) = audit.records()
+        assert got.passages_removed == 4 and got.received_at == NOW
+        mapping = audit._es.indices.get_mapping(index=audit.index)[audit.index]["mappings"]
+        assert mapping["dynamic"] == "strict"
+        assert mapping["properties"]["received_at"] == {"type": "date", "format": "epoch_millis"}
+    finally:
+        audit.close()
+        other.close()
+
+
+def test_audit_lists_by_receipt_then_append_order(prefix: str) -> None:
+    from indexer.elastic_state import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    try:
+        audit.append(record("late", received_ms=50))
+        audit.append(record("z-first-at-0", received_ms=0))
+        audit.append(record("a-second-at-0", received_ms=0))
+        audit.append(record("globex-1", received_ms=10, tenant="globex"))
+        assert [r.event_id for r in audit.records("acme")] == ["z-first-at-0", "a-second-at-0", "late"]
+        assert [r.event_id for r in audit.records()] == ["z-first-at-0", "a-second-at-0", "globex-1", "late"]
+        assert [r.event_id for r in audit.records("nobody")] == []
+    finally:
+        audit.close()
+
+
+def test_audit_pages_past_one_search_page(prefix: str, monkeypatch: Any) -> None:
+    import indexer.elastic_state as state
+
+    monkeypatch.setattr(state, "PAGE_SIZE", 4)
+    audit = state.ElasticDeletionAudit(ES, prefix=prefix)
+    try:
+        for i in range(9):
+            audit.append(record(f"e{i}", received_ms=i))
+        assert [r.event_id for r in audit.records("acme")] == [f"e{i}" for i in range(9)]
+    finally:
+        audit.close()
