@@ -158,7 +158,8 @@ class QueryWorker:
             turn = ModelTurn(
                 question=question,
                 evidence=tuple(
-                    Evidence(p.passage_id, " > ".join((p.title, *p.heading_path)), p.text) for p in evidence.values()
+                    Evidence(p.passage_id, " > ".join(h for h in (p.title, *p.heading_path) if h), p.text)
+                    for p in evidence.values()
                 ),
                 tools=offered,
                 queries=tuple(state.queries),

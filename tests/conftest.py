@@ -83,6 +83,7 @@ def make_passage(
 
 # ---- lexical adapters -------------------------------------------------------------------------
 
+
 def _sqlite_lexical(tmp: Path) -> Any:
     from indexer.sqlite_fts import SqliteLexicalIndex
 
@@ -152,6 +153,7 @@ def unit(*values: float) -> np.ndarray:
 
 # ---- caches -----------------------------------------------------------------------------------
 
+
 def _memory_cache(tmp: Path) -> Any:
     from indexer.cache import InProcessCache
 
@@ -187,6 +189,7 @@ def cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 
 # ---- event logs -------------------------------------------------------------------------------
+
 
 def _sqlite_log(tmp: Path) -> Any:
     from streams.sqlite_log import SqliteEventLog

@@ -36,8 +36,9 @@ PASSAGE = make_passage(
     "Customers may request a refund within 30 days of purchase. Refunds cost 1,000 EUR at most.", anchor="r-1"
 )
 RETRIEVED = {PASSAGE.passage_id: PASSAGE}
-GOOD = Claim(statement="Refunds within 30 days.", passage_id=PASSAGE.passage_id,
-             quote="may request a refund within 30 days")
+GOOD = Claim(
+    statement="Refunds within 30 days.", passage_id=PASSAGE.passage_id, quote="may request a refund within 30 days"
+)
 
 
 def checks_failed(claim: Claim) -> set[str]:

@@ -24,25 +24,55 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STAFF = AccessFilter("acme", ("group:staff",), datetime(2026, 11, 1, tzinfo=UTC))
 
 
-def upsert(version: int, text: str, *, acl: tuple[str, ...] = ("group:staff",), doc: str = "p.md",
-           effective: datetime | None = None) -> Event:
+def upsert(
+    version: int,
+    text: str,
+    *,
+    acl: tuple[str, ...] = ("group:staff",),
+    doc: str = "p.md",
+    effective: datetime | None = None,
+) -> Event:
     return Event(
         event_id=make_event_id("t", "acme", doc, version, EventKind.UPSERT),
-        kind=EventKind.UPSERT, tenant="acme", doc_id=doc, version=version, source="t",
+        kind=EventKind.UPSERT,
+        tenant="acme",
+        doc_id=doc,
+        version=version,
+        source="t",
         occurred_at=T0 + timedelta(days=version),
-        payload=UpsertPayload(content=text, content_type="markdown", content_hash=f"{hash(text):016x}",
-                              acl=acl, source_url=f"file:///{doc}", effective_from=effective),
+        payload=UpsertPayload(
+            content=text,
+            content_type="markdown",
+            content_hash=f"{hash(text):016x}",
+            acl=acl,
+            source_url=f"file:///{doc}",
+            effective_from=effective,
+        ),
     )
 
 
 def acl(version: int, entries: tuple[str, ...], doc: str = "p.md") -> Event:
-    return Event(event_id=make_event_id("t", "acme", doc, version, EventKind.ACL), kind=EventKind.ACL,
-                 tenant="acme", doc_id=doc, version=version, source="t", payload=AclPayload(acl=entries))
+    return Event(
+        event_id=make_event_id("t", "acme", doc, version, EventKind.ACL),
+        kind=EventKind.ACL,
+        tenant="acme",
+        doc_id=doc,
+        version=version,
+        source="t",
+        payload=AclPayload(acl=entries),
+    )
 
 
 def delete(version: int, doc: str = "p.md") -> Event:
-    return Event(event_id=make_event_id("t", "acme", doc, version, EventKind.DELETE), kind=EventKind.DELETE,
-                 tenant="acme", doc_id=doc, version=version, source="t", payload=DeletePayload())
+    return Event(
+        event_id=make_event_id("t", "acme", doc, version, EventKind.DELETE),
+        kind=EventKind.DELETE,
+        tenant="acme",
+        doc_id=doc,
+        version=version,
+        source="t",
+        payload=DeletePayload(),
+    )
 
 
 @pytest.fixture
@@ -215,8 +245,14 @@ def test_dense_index_and_embedding_cache(tmp_path: Path, embedder: Any) -> None:
     cached = CachedEmbedder(embedder, tmp_path / "emb.db")
     vector = EdgeVectorIndex(tmp_path / "vec", cached.dim)
     lexical = SqliteLexicalIndex(tmp_path / "lex.db")
-    sink = IndexSink(lexical, vector, cached, SqliteDocStates(tmp_path / "s.db"),
-                     SqliteDeletionAudit(tmp_path / "s.db"), InProcessCache())
+    sink = IndexSink(
+        lexical,
+        vector,
+        cached,
+        SqliteDocStates(tmp_path / "s.db"),
+        SqliteDeletionAudit(tmp_path / "s.db"),
+        InProcessCache(),
+    )
     doc = "# Travel\n\nTrain tickets are booked by the office manager.\n\n# Food\n\nLunch is served at noon."
     assert sink.apply(upsert(1, doc)).passages_embedded == 2
     assert cached.misses == 2

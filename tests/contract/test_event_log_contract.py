@@ -17,8 +17,13 @@ def upsert(doc: str, version: int) -> Event:
         doc_id=doc,
         version=version,
         source="test",
-        payload=UpsertPayload(content=f"v{version}", content_type="text", content_hash="0" * 16,
-                              acl=("group:staff",), source_url="file:///x"),
+        payload=UpsertPayload(
+            content=f"v{version}",
+            content_type="text",
+            content_hash="0" * 16,
+            acl=("group:staff",),
+            source_url="file:///x",
+        ),
     )
 
 
@@ -33,10 +38,28 @@ def poll_all(log: Any, topic: str, group: str, want: int, timeout_s: float = 20)
 def test_routes_by_kind_and_keeps_doc_order(event_log: Any) -> None:
     for v in range(1, 6):
         event_log.publish(upsert("a.md", v))
-    event_log.publish(Event(event_id="acl-event-1", kind=EventKind.ACL, tenant="acme", doc_id="a.md", version=6,
-                            source="test", payload=AclPayload(acl=("group:x",))))
-    event_log.publish(Event(event_id="del-event-1", kind=EventKind.DELETE, tenant="acme", doc_id="a.md", version=7,
-                            source="test", payload=DeletePayload()))
+    event_log.publish(
+        Event(
+            event_id="acl-event-1",
+            kind=EventKind.ACL,
+            tenant="acme",
+            doc_id="a.md",
+            version=6,
+            source="test",
+            payload=AclPayload(acl=("group:x",)),
+        )
+    )
+    event_log.publish(
+        Event(
+            event_id="del-event-1",
+            kind=EventKind.DELETE,
+            tenant="acme",
+            doc_id="a.md",
+            version=7,
+            source="test",
+            payload=DeletePayload(),
+        )
+    )
     event_log.flush()
     docs = poll_all(event_log, TOPIC_DOCUMENTS, "g1", 5)
     assert [Event.model_validate_json(r.value).version for r in docs] == [1, 2, 3, 4, 5]

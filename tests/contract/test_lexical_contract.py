@@ -63,12 +63,19 @@ def test_acl_filter_and_empty_acl_fails_closed(lexical_index: Any) -> None:
 def test_effective_dates_and_as_of(lexical_index: Any) -> None:
     lexical_index.upsert(
         [
-            make_passage("Travel allowance is 50 euros.", version=1, anchor="t-1",
-                         effective_from=NOW - timedelta(days=10), superseded_on=NOW - timedelta(days=1)),
-            make_passage("Travel allowance is 70 euros.", version=2, anchor="t-1",
-                         effective_from=NOW - timedelta(days=1)),
-            make_passage("Travel allowance is 90 euros.", version=3, anchor="t-1",
-                         effective_from=NOW + timedelta(days=5)),
+            make_passage(
+                "Travel allowance is 50 euros.",
+                version=1,
+                anchor="t-1",
+                effective_from=NOW - timedelta(days=10),
+                superseded_on=NOW - timedelta(days=1),
+            ),
+            make_passage(
+                "Travel allowance is 70 euros.", version=2, anchor="t-1", effective_from=NOW - timedelta(days=1)
+            ),
+            make_passage(
+                "Travel allowance is 90 euros.", version=3, anchor="t-1", effective_from=NOW + timedelta(days=5)
+            ),
         ]
     )
     now_hits = ids(lexical_index.search("travel allowance", STAFF, 10, 0.0))
@@ -82,10 +89,20 @@ def test_effective_dates_and_as_of(lexical_index: Any) -> None:
 
 
 def test_supersede_keeps_old_versions_answerable_as_of_their_dates(lexical_index: Any) -> None:
-    lexical_index.upsert([make_passage("Laptops are replaced every 3 years.", version=1, anchor="l-1",
-                                       effective_from=NOW - timedelta(days=100))])
-    lexical_index.upsert([make_passage("Laptops are replaced every 4 years.", version=2, anchor="l-1",
-                                       effective_from=NOW - timedelta(days=10))])
+    lexical_index.upsert(
+        [
+            make_passage(
+                "Laptops are replaced every 3 years.", version=1, anchor="l-1", effective_from=NOW - timedelta(days=100)
+            )
+        ]
+    )
+    lexical_index.upsert(
+        [
+            make_passage(
+                "Laptops are replaced every 4 years.", version=2, anchor="l-1", effective_from=NOW - timedelta(days=10)
+            )
+        ]
+    )
     lexical_index.supersede("acme", "doc.md", 2, NOW - timedelta(days=10))
     assert ids(lexical_index.search("laptops replaced", STAFF, 10, 0.0)) == ["doc.md@2#l-1"]
     old = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=50))
@@ -97,8 +114,12 @@ def test_supersede_keeps_old_versions_answerable_as_of_their_dates(lexical_index
 
 
 def test_revocation_and_deletion_visible_to_next_query(lexical_index: Any) -> None:
-    lexical_index.upsert([make_passage("Quarterly numbers are confidential.", anchor="q-1"),
-                          make_passage("Quarterly numbers are discussed on Monday.", doc_id="other.md", anchor="q-1")])
+    lexical_index.upsert(
+        [
+            make_passage("Quarterly numbers are confidential.", anchor="q-1"),
+            make_passage("Quarterly numbers are discussed on Monday.", doc_id="other.md", anchor="q-1"),
+        ]
+    )
     assert len(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == 2
     lexical_index.set_acl("acme", "doc.md", ["group:board"])
     assert ids(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == ["other.md@1#q-1"]
@@ -137,8 +158,18 @@ def test_floor_drops_weak_hits(lexical_index: Any) -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["tenant:globex", "*", "acl:*", 'text:"x" OR tenant:globex', "(a OR b) AND NOT c~2 ^3 [x TO y]",
-     "NEAR(a b)", "\"unbalanced", "{}[]()\\/:!", "x" * 10_000, "falcon " * 2000],
+    [
+        "tenant:globex",
+        "*",
+        "acl:*",
+        'text:"x" OR tenant:globex',
+        "(a OR b) AND NOT c~2 ^3 [x TO y]",
+        "NEAR(a b)",
+        '"unbalanced',
+        "{}[]()\\/:!",
+        "x" * 10_000,
+        "falcon " * 2000,
+    ],
 )
 def test_adversarial_queries_neither_error_nor_widen_scope(lexical_index: Any, query: str) -> None:
     lexical_index.upsert(

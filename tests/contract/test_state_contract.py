@@ -24,8 +24,10 @@ def _elastic_states(tmp: Path) -> tuple[Any, Any]:
     from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
 
     prefix = unique("ragsync-test-")
-    return (ElasticDocStates("http://127.0.0.1:9200", prefix=prefix),
-            ElasticDeletionAudit("http://127.0.0.1:9200", prefix=prefix))
+    return (
+        ElasticDocStates("http://127.0.0.1:9200", prefix=prefix),
+        ElasticDeletionAudit("http://127.0.0.1:9200", prefix=prefix),
+    )
 
 
 FACTORIES: dict[str, Callable[[Path], tuple[Any, Any]]] = {"sqlite": _sqlite_states, "elasticsearch": _elastic_states}
@@ -45,8 +47,16 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
 def test_doc_state_round_trip_and_overwrite(stores: tuple[Any, Any]) -> None:
     docs, _ = stores
     assert docs.get("acme", "a.md") is None
-    state = DocState(tenant="acme", doc_id="a.md", applied_version=3, acl=("group:x",), content_version=3,
-                     content_hash="h" * 16, chunker_version="c1", passage_ids=["a.md@3#r-1", "a.md@3#r-2"])
+    state = DocState(
+        tenant="acme",
+        doc_id="a.md",
+        applied_version=3,
+        acl=("group:x",),
+        content_version=3,
+        content_hash="h" * 16,
+        chunker_version="c1",
+        passage_ids=["a.md@3#r-1", "a.md@3#r-2"],
+    )
     docs.put(state)
     assert docs.get("acme", "a.md") == state
     assert docs.get("globex", "a.md") is None
@@ -56,9 +66,16 @@ def test_doc_state_round_trip_and_overwrite(stores: tuple[Any, Any]) -> None:
 
 
 def record(event_id: str, doc: str = "a.md", tenant: str = "acme") -> DeletionRecord:
-    return DeletionRecord(event_id=event_id, tenant=tenant, doc_id=doc, version=2, received_at=NOW,
-                          removed_at={"lexical": NOW + timedelta(milliseconds=5)},
-                          cache_invalidated_at=NOW + timedelta(milliseconds=9), passages_removed=4)
+    return DeletionRecord(
+        event_id=event_id,
+        tenant=tenant,
+        doc_id=doc,
+        version=2,
+        received_at=NOW,
+        removed_at={"lexical": NOW + timedelta(milliseconds=5)},
+        cache_invalidated_at=NOW + timedelta(milliseconds=9),
+        passages_removed=4,
+    )
 
 
 def test_audit_appends_once_per_event_and_filters_by_tenant(stores: tuple[Any, Any]) -> None:

@@ -47,12 +47,15 @@ def test_tenant_and_acl_filter_inside_query(vector_index: Any) -> None:
 
 
 def test_dates_supersede_and_as_of(vector_index: Any) -> None:
-    vector_index.upsert([make_passage("v1", version=1, anchor="t-1", effective_from=NOW - timedelta(days=100))],
-                        np.stack([unit(1, 0)]))
-    vector_index.upsert([make_passage("v2", version=2, anchor="t-1", effective_from=NOW - timedelta(days=10))],
-                        np.stack([unit(1, 0)]))
-    vector_index.upsert([make_passage("v3", version=3, anchor="t-1", effective_from=NOW + timedelta(days=10))],
-                        np.stack([unit(1, 0)]))
+    vector_index.upsert(
+        [make_passage("v1", version=1, anchor="t-1", effective_from=NOW - timedelta(days=100))], np.stack([unit(1, 0)])
+    )
+    vector_index.upsert(
+        [make_passage("v2", version=2, anchor="t-1", effective_from=NOW - timedelta(days=10))], np.stack([unit(1, 0)])
+    )
+    vector_index.upsert(
+        [make_passage("v3", version=3, anchor="t-1", effective_from=NOW + timedelta(days=10))], np.stack([unit(1, 0)])
+    )
     vector_index.supersede("acme", "doc.md", 2, NOW - timedelta(days=10))
     assert ids(vector_index.search(unit(1, 0), STAFF, 10, 0.0)) == ["doc.md@2#t-1"]
     old = AccessFilter("acme", STAFF.entries, NOW - timedelta(days=50))
