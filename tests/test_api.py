@@ -1,0 +1,246 @@
+"""The HTTP API over a real embedded QueryWorker (SQLite FTS5 store, extractive model).
+
+What matters at this boundary: scope comes only from the signed token (no body field can name a
+tenant, user or group), every token failure looks the same, a refusal never says why, the model
+being down is a 503 rather than a fake abstention, and /metrics counts what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from conftest import NOW, make_passage
+from starlette.testclient import TestClient
+
+from indexer.sqlite_fts import SqliteLexicalIndex
+from query.anthropic_model import ModelUnavailable
+from query.api import create_app
+from query.extractive import ExtractiveModel
+from query.ports import Model, ModelTurn, ToolCall
+from query.retrieval import Retriever
+from query.tokens import issue_token
+from query.worker import QueryWorker
+from schemas.decisions import GENERIC_ABSTENTION
+from schemas.principal import Principal
+
+SECRET = "s3cret"
+STAFF = Principal(tenant="acme", user="ann", groups=("staff",))
+OUTSIDER = Principal(tenant="acme", user="bob", groups=("contractors",))
+REFUNDS = "Refunds are paid within 14 days of the request."
+SALARIES = "Salary bands are reviewed every April by the board."
+QUESTION = "When are refunds paid?"
+
+
+class ExplodingModel:
+    """A model whose failure carries passage text, to prove the API does not log it."""
+
+    name = "exploding"
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def decide(self, turn: ModelTurn) -> ToolCall:
+        raise self.error
+
+
+@pytest.fixture
+def lexical(tmp_path: Path) -> Iterator[SqliteLexicalIndex]:
+    index = SqliteLexicalIndex(tmp_path / "lexical.db")
+    index.upsert(
+        [
+            make_passage(REFUNDS, doc_id="refunds.md", acl=("group:staff",), heading_path=("Refunds",)),
+            make_passage(SALARIES, doc_id="salaries.md", acl=("group:hr",), heading_path=("Salaries",)),
+        ]
+    )
+    yield index
+    index.close()
+
+
+def client_with(lexical: SqliteLexicalIndex, model: Model) -> TestClient:
+    worker = QueryWorker(Retriever(lexical, None, None, None), model, SECRET)
+    return TestClient(create_app(lambda: worker))
+
+
+@pytest.fixture
+def client(lexical: SqliteLexicalIndex) -> Iterator[TestClient]:
+    with client_with(lexical, ExtractiveModel()) as c:
+        yield c
+
+
+def bearer(principal: Principal, secret: str = SECRET, ttl_s: int = 3600, now: float | None = None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {issue_token(secret, principal, ttl_s=ttl_s, now=now)}"}
+
+
+def metric(client: TestClient, sample: str) -> float:
+    text = client.get("/metrics").text
+    match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+    assert match, f"{sample} missing from /metrics"
+    return float(match.group(1))
+
+
+def test_answered_request_returns_only_the_public_result(client: TestClient) -> None:
+    response = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"answered", "answer", "claims", "message"}
+    assert body["answered"] is True and body["message"] is None
+    assert body["claims"] == [
+        {
+            "statement": REFUNDS,
+            "quote": REFUNDS,
+            "passage_id": "refunds.md@1#root-1",
+            "source_url": "file:///refunds.md",
+        }
+    ]
+
+
+def test_as_of_before_the_document_existed_abstains(client: TestClient) -> None:
+    as_of = (NOW - timedelta(days=60)).isoformat()
+    response = client.post("/v1/ask", json={"question": QUESTION, "as_of": as_of}, headers=bearer(STAFF))
+
+    assert response.status_code == 200
+    assert response.json() == {"answered": False, "answer": None, "claims": [], "message": GENERIC_ABSTENTION}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        pytest.param({}, id="missing"),
+        pytest.param({"Authorization": "Basic YW5uOnB3"}, id="not-bearer"),
+        pytest.param({"Authorization": "Bearer not-a-token"}, id="malformed"),
+        pytest.param(bearer(STAFF, secret="someone-elses-secret"), id="forged"),
+        pytest.param(bearer(STAFF, ttl_s=60, now=time.time() - 3600), id="expired"),
+    ],
+)
+def test_bad_tokens_get_one_generic_401(client: TestClient, headers: dict[str, str]) -> None:
+    response = client.post("/v1/ask", json={"question": QUESTION}, headers=headers)
+
+    assert response.status_code == 401
+    assert response.json() == {"error": "invalid token"}
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert metric(client, "ragsync_asks_total") == 0
+
+
+def test_tampered_token_claims_get_401(client: TestClient) -> None:
+    body, _, signature = issue_token(SECRET, OUTSIDER).partition(".")
+    staff_body = issue_token(SECRET, STAFF).partition(".")[0]
+    response = client.post(
+        "/v1/ask", json={"question": QUESTION}, headers={"Authorization": f"Bearer {staff_body}.{signature}"}
+    )
+
+    assert body != staff_body
+    assert response.status_code == 401 and response.json() == {"error": "invalid token"}
+
+
+@pytest.mark.parametrize("field", ["tenant", "user", "groups", "group"])
+def test_scope_fields_in_the_body_are_rejected(client: TestClient, field: str) -> None:
+    response = client.post("/v1/ask", json={"question": QUESTION, field: "hr"}, headers=bearer(STAFF))
+
+    assert response.status_code == 422
+    assert response.json()["problems"] == [{"field": field, "error": "extra_forbidden"}]
+    assert metric(client, "ragsync_asks_total") == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        pytest.param(b'{"as_of": null}', "missing", id="no-question"),
+        pytest.param(b'{"question": 42}', "string_type", id="question-not-string"),
+        pytest.param(b'{"question": "   "}', "string_too_short", id="blank-question"),
+        pytest.param(b'{"question": "q", "as_of": "2999-01-01T00:00:00Z"}', "value_error", id="future-as-of"),
+        pytest.param(b'{"question": "q", "as_of": "last week"}', "datetime_parsing", id="bad-as-of"),
+        pytest.param(b"question=q", "json_invalid", id="not-json"),
+    ],
+)
+def test_malformed_bodies_are_422(client: TestClient, payload: bytes, problem: str) -> None:
+    headers = {**bearer(STAFF), "Content-Type": "application/json"}
+    response = client.post("/v1/ask", content=payload, headers=headers)
+
+    assert response.status_code == 422
+    assert [p["error"] for p in response.json()["problems"]] == [problem]
+
+
+def test_oversized_body_is_413(client: TestClient) -> None:
+    response = client.post("/v1/ask", json={"question": "refunds " * 20000}, headers=bearer(STAFF))
+
+    assert response.status_code == 413
+
+
+def test_principal_without_access_gets_the_generic_abstention(client: TestClient) -> None:
+    denied = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(OUTSIDER))
+    hidden = client.post("/v1/ask", json={"question": "When are salary bands reviewed?"}, headers=bearer(STAFF))
+    absent = client.post("/v1/ask", json={"question": "What is the parking policy?"}, headers=bearer(STAFF))
+
+    expected: dict[str, object] = {"answered": False, "answer": None, "claims": [], "message": GENERIC_ABSTENTION}
+    assert [r.status_code for r in (denied, hidden, absent)] == [200, 200, 200]
+    # Denied, hidden from this asker, and nonexistent are indistinguishable.
+    assert denied.json() == hidden.json() == absent.json() == expected
+    assert REFUNDS not in denied.text and SALARIES not in hidden.text
+
+
+def test_metrics_count_answers_abstentions_and_rejections(client: TestClient) -> None:
+    client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+    client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+    client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(OUTSIDER))
+    client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF, secret="forged"))
+    client.post("/v1/ask", json={"question": QUESTION, "tenant": "globex"}, headers=bearer(STAFF))
+
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE ragsync_asks_total counter" in response.text
+    assert metric(client, "ragsync_asks_total") == 3
+    assert metric(client, "ragsync_asks_answered_total") == 2
+    assert metric(client, 'ragsync_asks_abstained_total{reason="no_visible_evidence"}') == 1
+    assert metric(client, 'ragsync_asks_abstained_total{reason="citation_check_failed"}') == 0
+    assert metric(client, 'ragsync_ask_rejected_total{reason="unauthorized"}') == 1
+    assert metric(client, 'ragsync_ask_rejected_total{reason="invalid_request"}') == 1
+    assert metric(client, "ragsync_ask_latency_seconds_count") == 3
+    assert metric(client, "ragsync_ask_latency_seconds_sum") > 0
+
+
+def test_model_unavailable_is_503_not_an_abstention(lexical: SqliteLexicalIndex) -> None:
+    with client_with(lexical, ExplodingModel(ModelUnavailable("anthropic API returned HTTP 529"))) as client:
+        response = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+
+        assert response.status_code == 503
+        assert response.json() == {"error": "model unavailable"}
+        assert response.headers["retry-after"] == "5"
+        assert metric(client, 'ragsync_ask_errors_total{kind="model_unavailable"}') == 1
+        assert metric(client, "ragsync_asks_answered_total") == 0
+
+
+def test_unexpected_errors_are_500_and_log_no_passage_text(
+    lexical: SqliteLexicalIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with client_with(lexical, ExplodingModel(ValueError(f"cannot parse {REFUNDS}"))) as client:
+        response = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+
+        assert response.status_code == 500 and response.json() == {"error": "internal error"}
+        assert metric(client, 'ragsync_ask_errors_total{kind="internal"}') == 1
+    assert any("ValueError" in r.getMessage() for r in caplog.records if r.name == "ragsync.api")
+    assert all(REFUNDS not in r.getMessage() and r.exc_info is None for r in caplog.records)
+
+
+def test_answer_path_logs_ids_but_no_passage_text(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    response = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+
+    assert response.json()["answered"] is True
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("refunds.md@1#root-1" in m for m in messages)  # the worker's trace, IDs only
+    assert all(REFUNDS not in m for m in messages)
+
+
+def test_healthz(client: TestClient) -> None:
+    response = client.get("/healthz")
+
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
