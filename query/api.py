@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from query.anthropic_model import ModelUnavailable
+from query.ports import ModelUnavailable
 from query.tokens import InvalidToken, verify_token
 from query.worker import AskResult, QueryWorker
 from schemas._time import to_utc, utcnow

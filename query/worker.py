@@ -15,7 +15,7 @@ from datetime import datetime
 
 from query.citations import check_claims
 from query.loop import InvalidDecision, LoopState, interpret
-from query.ports import Evidence, Model, ModelTurn
+from query.ports import Evidence, Model, ModelTurn, ModelUnavailable
 from query.retrieval import Retrieval, Retriever
 from query.tokens import verify_token
 from schemas._time import to_utc, utcnow
@@ -164,7 +164,14 @@ class QueryWorker:
                 tools=offered,
                 queries=tuple(state.queries),
             )
-            call = self.model.decide(turn)
+            try:
+                call = self.model.decide(turn)
+            except ModelUnavailable:
+                # An outage is not an abstention; log the run's trace (IDs only) and let the caller answer 503.
+                trace.decisions.append("model_unavailable")
+                trace.elapsed_ms = round((self.clock() - started) * 1000, 3)
+                log.warning("%s", trace.model_dump_json())
+                raise
             try:
                 decision = interpret(call, offered)
             except InvalidDecision as exc:

@@ -19,10 +19,9 @@ from conftest import NOW, make_passage
 from starlette.testclient import TestClient
 
 from indexer.sqlite_fts import SqliteLexicalIndex
-from query.anthropic_model import ModelUnavailable
 from query.api import create_app
 from query.extractive import ExtractiveModel
-from query.ports import Model, ModelTurn, ToolCall
+from query.ports import Model, ModelTurn, ModelUnavailable, ToolCall
 from query.retrieval import Retriever
 from query.tokens import issue_token
 from query.worker import QueryWorker
