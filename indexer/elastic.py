@@ -382,7 +382,7 @@ class ElasticLexicalIndex:
 
     def _passages(self, alias: str, filters: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Every matching passage (id, seq_no, primary_term), paged by `search_after` on passage_id."""
-        if self._refresh not in ("true", "wait_for", True):
+        if self._refresh not in ("true", "wait_for"):
             # writes of this adapter may not be searchable yet: a revocation must see all of them
             self._es.indices.refresh(index=alias, ignore_unavailable=True)
         after: list[Any] | None = None
