@@ -41,7 +41,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from elastic_transport import Transport, TransportApiResponse
 from elasticsearch import BadRequestError, Elasticsearch
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc
@@ -71,56 +70,16 @@ MAX_ID_BYTES = 512
 """Elasticsearch rejects longer `_id`s; longer passage IDs are hashed (see `doc_key`)."""
 
 _PREFIX = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
-_COMPAT = re.compile(r"compatible-with=\d+")
 
 
 class ElasticWriteError(RuntimeError):
     """A bulk item failed. The caller's event stays uncommitted and is retried."""
 
 
-class CompatTransport(Transport):
-    """Speaks the server's REST-compatibility version, whatever the client's major version is.
-
-    The 9.x Python client sends `compatible-with=9` in Accept/Content-Type, which an 8.x server
-    refuses ("Accept version must be either version 8 or 7"). The only Elasticsearch that can
-    be run here is the 8.19 integ-test distribution (no 9.x one resolves from Maven Central),
-    and the project pins the 9.x client. This transport asks the local node's version once with
-    plain JSON headers and rewrites the compatibility version to the server's major; against a 9.x
-    server it changes nothing.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._server_major: str | None = None
-        self._probe_lock = threading.Lock()
-
-    def server_major(self) -> str:
-        if self._server_major is None:
-            with self._probe_lock:
-                if self._server_major is None:
-                    # not `GET /`: that handler lives in the `rest-root` module, absent from the integ-test zip
-                    response = super().perform_request(
-                        "GET", "/_nodes/_local?filter_path=nodes.*.version", headers={"accept": "application/json"}
-                    )
-                    (version,) = {str(node["version"]) for node in response.body["nodes"].values()}
-                    self._server_major = version.partition(".")[0]
-        return self._server_major
-
-    def perform_request(self, method: str, target: str, **kwargs: Any) -> TransportApiResponse:
-        headers = kwargs.get("headers")
-        if isinstance(headers, Mapping):
-            major = self.server_major()
-            kwargs["headers"] = {
-                k: _COMPAT.sub(f"compatible-with={major}", v) if isinstance(v, str) else v for k, v in headers.items()
-            }
-        return super().perform_request(method, target, **kwargs)
-
-
 def connect(url: str, *, request_timeout: float = 30.0, max_retries: int = 3) -> Elasticsearch:
     """One client per adapter: retries timeouts and overload (429/502/503/504) with backoff."""
     return Elasticsearch(
         url,
-        transport_class=CompatTransport,
         request_timeout=request_timeout,
         max_retries=max_retries,
         retry_on_timeout=True,
