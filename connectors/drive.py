@@ -22,7 +22,7 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -98,17 +98,26 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(messages)
 
 
+def parse_manifest(text: str | bytes, where: str) -> Manifest:
+    """A manifest's text (bytes are UTF-8) from any tree, e.g. a git blob; ValueError names `where`."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        return Manifest.model_validate(data)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{where}: invalid ACL manifest: {exc}") from exc
+    except ValidationError as exc:
+        raise ValueError(f"{where}: invalid ACL manifest: {format_validation_error(exc)}") from exc
+
+
 def load_manifest(path: Path) -> Manifest:
     """Raises ValueError with a message that names the manifest."""
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-        return Manifest.model_validate(data)
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ACL manifest: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: invalid ACL manifest: {exc}") from exc
-    except ValidationError as exc:
-        raise ValueError(f"{path}: invalid ACL manifest: {format_validation_error(exc)}") from exc
+    return parse_manifest(text, str(path))
 
 
 Chain = Sequence[tuple[str, Manifest]]  # (folder relative to root, "" for the root; its manifest), root first
@@ -128,6 +137,17 @@ def resolve_access(chain: Chain, doc_id: str) -> tuple[str | None, tuple[str, ..
         if manifest.tenant is not None and above is not None and manifest.tenant != above:
             break
     return tenant, ()
+
+
+def manifest_chain(manifests: Mapping[str, Manifest], doc_id: str) -> Chain:
+    """The chain for `resolve_access` in a tree known as a flat listing (a git tree, not a folder walk).
+
+    `manifests` maps each folder that has one ("" for the root) to its manifest; the chain is the
+    manifests of the document's ancestor folders, root first, exactly what the drive walk collects.
+    """
+    parts = doc_id.split("/")[:-1]
+    folders = ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
+    return [(folder, manifests[folder]) for folder in folders if folder in manifests]
 
 
 @dataclass

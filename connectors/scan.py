@@ -35,7 +35,7 @@ class ScanReport:
     deletes_skipped: bool = False
 
 
-def _event(
+def build_event(
     source: str,
     tenant: str,
     doc_id: str,
@@ -43,6 +43,7 @@ def _event(
     payload: UpsertPayload | AclPayload | DeletePayload,
     occurred_at: datetime,
 ) -> Event:
+    """The envelope with its deterministic ID; shared with push sources so their IDs follow the same rule."""
     kind = EventKind(payload.kind)
     return Event(
         event_id=make_event_id(source, tenant, doc_id, version, kind),
@@ -74,7 +75,7 @@ async def scan(
 
     def delete(record: DocRecord, reason: str) -> None:
         version = record.version + 1
-        publish(_event(source, record.tenant, record.doc_id, version, DeletePayload(reason=reason), now()))
+        publish(build_event(source, record.tenant, record.doc_id, version, DeletePayload(reason=reason), now()))
         state.put(source, replace(record, version=version, deleted=True))
         report.deletes += 1
 
@@ -109,12 +110,17 @@ async def scan(
         last_version = record.version if record is not None else 0
         try:
             if record_live is None or force or record_live.content_hash != content_hash:
-                event = _event(
-                    source, doc.tenant, doc.doc_id, last_version + 1, _upsert(doc, data, content_hash, acl), now()
+                event = build_event(
+                    source,
+                    doc.tenant,
+                    doc.doc_id,
+                    last_version + 1,
+                    upsert_payload(doc, data, content_hash, acl),
+                    now(),
                 )
                 report.upserts += 1
             elif record_live.acl != acl:
-                event = _event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
+                event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
                 report.acl_changes += 1
             else:
                 state.put(source, replace(record_live, fingerprint=doc.fingerprint))
@@ -140,7 +146,8 @@ async def scan(
     return report
 
 
-def _upsert(doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...]) -> UpsertPayload:
+def upsert_payload(doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...]) -> UpsertPayload:
+    """The upsert for fetched content; shared with push sources (connectors.webhook) so both read metadata alike."""
     text = data.decode("utf-8", errors="replace")
     meta = content_metadata(doc.content_type, text)  # ValueError on a bad effective date
     return UpsertPayload(

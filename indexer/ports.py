@@ -118,6 +118,9 @@ class DocStateStore(Protocol):
 
     def put(self, state: DocState) -> None: ...
 
+    def chunker_versions(self) -> set[str]:
+        """Chunker versions of live documents: a stale one means the index must be re-chunked."""
+
     def close(self) -> None: ...
 
 

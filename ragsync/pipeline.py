@@ -12,7 +12,6 @@ from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
 
 from indexer.chunker import CHUNKER_VERSION
-from indexer.state import SqliteDocStates
 from ragsync.wiring import Components
 from streams.dispatch import Stats
 from streams.embedded_worker import EmbeddedWorker
@@ -27,11 +26,8 @@ class SyncReport:
 
 def needs_reindex(components: Components) -> bool:
     """A changed chunker version re-chunks everything: passages must come from one chunker."""
-    docs = components.docs
-    if isinstance(docs, SqliteDocStates):
-        versions = docs.chunker_versions()
-        return bool(versions) and versions != {CHUNKER_VERSION}
-    return False
+    versions = components.docs.chunker_versions()
+    return bool(versions) and versions != {CHUNKER_VERSION}
 
 
 def sync_folder(

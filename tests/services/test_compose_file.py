@@ -162,7 +162,7 @@ def test_kafka_is_single_node_kraft(services: dict[str, dict[str, Any]]) -> None
     assert env["KAFKA_ADVERTISED_LISTENERS"].endswith("kafka:9092")
 
 
-def test_elasticsearch_single_node_9x(services: dict[str, dict[str, Any]]) -> None:
+def test_elasticsearch_single_node(services: dict[str, dict[str, Any]]) -> None:
     es = services["elasticsearch"]
     assert re.search(r":8\.19\.\d+$", es["image"]), "elasticsearch image must match the pinned 8.x client"
     env = env_of(es)
