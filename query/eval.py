@@ -537,8 +537,8 @@ class Evaluator:
                     result.leaks.append({"kind": "acl", "source": source, "passage_id": p.passage_id})
                 elif gold_denied and is_gold(p, q.gold):
                     result.leaks.append({"kind": "denied_gold", "source": source, "passage_id": p.passage_id})
-        if gold_denied and loop.answered:
-            result.leaks.append({"kind": "answered_denied", "source": "loop", "passage_id": ",".join(loop.cited_ids)})
+        # A denied-by-design question answered from passages the asker may read is not a leak (every cited
+        # passage was re-checked above); it counts against the abstain rate and is listed as unexpected.
         result.leaks = [dict(t) for t in dict.fromkeys(tuple(sorted(x.items())) for x in result.leaks)]
 
         if result.answerable and not loop.grounded:
@@ -567,7 +567,7 @@ class Evaluator:
 
         best: tuple[int, Stage, str] | None = None
         order = list(Stage)
-        for span, state in zip(q.gold, states, strict=True):
+        for index, (span, state) in enumerate(zip(q.gold, states, strict=True)):
             floored = gold_ids((*lexical, *dense), span)
             unfloored = gold_ids((*lexical_all, *dense_all), span)
             stored = self._stored(span, state)
@@ -585,7 +585,8 @@ class Evaluator:
             stage = diagnose(facts)
             if stage is None:
                 continue
-            detail = self._detail(stage, span, lists, answer)
+            fused_rank = result.ranks["fused"][index]
+            detail = self._detail(stage, span, lists, answer, fused_rank)
             score = order.index(stage)
             if best is None or score > best[0]:
                 best = (score, stage, detail)
@@ -602,6 +603,7 @@ class Evaluator:
         span: GoldSpan,
         lists: tuple[Sequence[Hit], Sequence[Hit], Sequence[Hit], Sequence[Hit]],
         answer: AskResult,
+        fused_rank: int | None = None,
     ) -> str:
         lexical, dense, lexical_all, dense_all = lists
 
@@ -626,8 +628,9 @@ class Evaluator:
             )
         if stage == Stage.BELOW_TOP_K:
             return where + (
-                f"bm25 rank {rank(lexical)}, dense rank {rank(dense)} of {self.ctx.retrieval.candidates} candidates; "
-                f"the worker keeps the fused top {self.ctx.retrieval.k}"
+                f"bm25 rank {rank(lexical)}, dense rank {rank(dense)} of {self.ctx.retrieval.candidates} candidates, "
+                f"fused rank {'-' if fused_rank is None else fused_rank}; the worker keeps the fused top "
+                f"{self.ctx.retrieval.k}"
             )
         reason = answer.trace.reason.value if answer.trace.reason else "answered from other passages"
         if stage == Stage.CHECK_FAILED:

@@ -382,8 +382,9 @@ def test_a_store_that_ignores_the_acl_is_caught_as_a_leak(store: Any) -> None:
 
     question = _q("denied", "When are salary bands reviewed?", [("hr.md", SALARY)], expect="abstain")
     report = _evaluate((LeakyIndex(), docs), [question])
-    kinds = {leak["kind"] for leak in report["permissions"]["leaks"]}
-    assert {"acl", "answered_denied"} <= kinds
+    leaks = report["permissions"]["leaks"]
+    assert {leak["kind"] for leak in leaks} == {"acl"}
+    assert any(leak["passage_id"].startswith("hr.md@") for leak in leaks)
     assert not report["passed"] and report["gates"][0]["gate"] == "leaks"
 
 
@@ -398,3 +399,14 @@ def test_as_of_is_taken_from_the_question(store: Any) -> None:
     report = _evaluate(store, [question])
     assert report["misses"] == [], report["misses"]
     assert datetime.fromisoformat(question.model_dump(mode="json")["as_of"]) > NOW
+
+
+def test_a_revocation_the_store_missed_is_caught_by_design(store: Any) -> None:
+    """Doc state says hr only, the stored passage still says staff: the passage ACL check cannot see it,
+    the question's design (gold denied to the asker) does."""
+    _, docs = store
+    docs.put(DocState(tenant=TENANT, doc_id="policy.md", applied_version=2, acl=("group:hr",), passage_ids=[]))
+    question = _q("revoked", "How many days to request a refund after purchase?", [("policy.md", REFUND)], "abstain")
+    report = _evaluate(store, [question])
+    assert {leak["kind"] for leak in report["permissions"]["leaks"]} == {"denied_gold"}
+    assert not report["passed"]
