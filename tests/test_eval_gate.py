@@ -29,12 +29,13 @@ from ragsync.cli import main
 
 HERE = Path(__file__).resolve().parents[1] / "eval" / "python-manual"
 
-# Measured on the CI subset (47 questions: 32 answerable, 15 expect abstain, 7 of them denied by design).
-MIN_FUSED_RECALL_AT_10 = 0.90  # measured 0.969
-MIN_BM25_RECALL_AT_10 = 0.87  # measured 0.938
-MIN_DENSE_RECALL_AT_10 = 0.90  # measured 0.969
-MIN_FUSED_MRR = 0.70  # measured 0.770
-MIN_ANSWER_RATE = 0.50  # measured 0.562 (the extractive model abstains on paraphrases)
+# Measured on the CI subset (48 questions: 33 answerable, 15 expect abstain, 7 of them denied by design).
+# One question is worth ~0.03 of recall or answer rate; each threshold leaves about one question of slack.
+MIN_FUSED_RECALL_AT_10 = 0.93  # measured 0.970
+MIN_BM25_RECALL_AT_10 = 0.90  # measured 0.939
+MIN_DENSE_RECALL_AT_10 = 0.93  # measured 0.970
+MIN_FUSED_MRR = 0.74  # measured 0.777
+MIN_ANSWER_RATE = 0.54  # measured 0.576 (19/33: the extractive model abstains on paraphrases)
 MIN_ABSTAIN_RATE = 1.00  # measured 1.000: every unanswerable and every denied question abstains
 MAX_LEAKS = 0
 
