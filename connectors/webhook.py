@@ -1,0 +1,348 @@
+"""Webhook pushes as a source: an external system POSTs each document change as it happens.
+
+    POST /v1/webhooks/{source}
+    X-Ragsync-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed with the shared secret>
+
+    {"action": "upsert", "tenant": "acme", "doc_id": "kb/refunds", "content": "# Refunds ...",
+     "content_type": "markdown", "acl": ["group:staff"], "title": "Refunds",
+     "source_url": "https://kb.example/refunds", "effective_from": "2026-01-01", "sequence": 17}
+    {"action": "acl", "tenant": "acme", "doc_id": "kb/refunds", "acl": ["group:hr"], "sequence": 18}
+    {"action": "delete", "tenant": "acme", "doc_id": "kb/refunds", "sequence": 19}
+
+A pusher is a connector that already knows what changed, so there is no scan: each push is
+compared with what this source last published for the document (connectors.state, the same
+durable memory the scanner uses, under the source name `webhook:<source>`) and becomes at most one
+event, with the next version and the same deterministic event ID rule as scanned sources.
+
+Contract with the pusher:
+- 202 `{"status": "published", "event_id", "version", "kind"}`: the event is durably in the log.
+  The answer is sent only after `publish` returned, and the state row is written only after that,
+  so a crash in between makes the retry re-publish the same version and event ID (deduplicated
+  downstream), never skip it.
+- 200 `{"status": "unchanged", ...}`: the push equals what is already published (a retry after a
+  lost answer, a duplicate delivery); nothing is published.
+- 503: the event log refused the event; nothing changed, retry later.
+- 401 bad signature, 422 invalid body (strict: unknown fields such as "groups" are rejected rather
+  than ignored, because an ignored ACL field would publish a document readable by the wrong people),
+  404 an ACL change for a document this source never published, 409 a stale push (below), 413 too big.
+
+Delivery order: webhook senders retry, so a push can arrive after a newer one. The optional
+`sequence` (any number the source increases with every change of the document, e.g. a revision id)
+makes that harmless: a change whose sequence is not above the last applied one is refused with 409
+instead of reverting the document (or resurrecting a deleted one). Pushes without `sequence` are
+applied in arrival order. The last applied sequence is kept in the state row's `fingerprint`.
+
+Identity is (source, tenant, doc_id) here, but the index keys documents by (tenant, doc_id) for
+every source alike, so a pushed doc_id must not equal one another source publishes for the same
+tenant (a drive path, a wiki page): prefix IDs per source, e.g. "kb/refunds".
+
+Security: the signature covers the body, not the URL, and there is one secret for all sources, so
+every pusher is trusted for every tenant; serve it over TLS. Replaying a captured body is a no-op
+unless the document changed since; with `sequence` it is then refused as stale.
+
+Threading: `state` is only used on the event loop's thread, because ConnectorState's SQLite
+connection belongs to the thread that opened it. Open it on the thread that runs the server
+(`uvicorn.run` runs the loop on the calling thread). `publish` runs in a worker thread, so a slow
+log does not stall other requests; pushes for the same document are serialized so two concurrent
+pushes cannot both take the same version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from connectors.base import ContentType, SourceDocument, parse_effective_from
+from connectors.drive import TENANT_PATTERN, format_validation_error
+from connectors.scan import build_event, upsert_payload
+from connectors.state import ConnectorState, DocRecord
+from schemas._time import utcnow
+from schemas.events import AclEntry, AclPayload, DeletePayload, Event, Identifier, UpsertPayload
+from streams.ports import EventLog
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Ragsync-Signature"
+SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Keeps the resulting event under the Kafka log's 10 MiB message limit."""
+
+_SOURCE = re.compile(SOURCE_PATTERN)
+
+
+def _effective_from(value: object) -> object:
+    """The forms a date stated in content may take, with the same meaning (a bare date is midnight UTC)."""
+    return parse_effective_from(value) if isinstance(value, str) else value
+
+
+EffectiveFrom = Annotated[datetime, BeforeValidator(_effective_from)]
+
+
+class _Push(BaseModel):
+    """Strict: no coercion, no unknown fields (see the module docstring for why)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    doc_id: Identifier
+    sequence: int | None = Field(default=None, ge=0)
+
+
+class UpsertPush(_Push):
+    action: Literal["upsert"]
+    content: str
+    acl: tuple[AclEntry, ...]  # required: a forgotten ACL must not silently mean "nobody" or "everybody"
+    content_type: ContentType = "markdown"
+    title: str | None = None  # None: the title stated in the content, else the doc ID
+    source_url: str = ""
+    effective_from: EffectiveFrom | None = None  # None: the date stated in the content, if any
+
+
+class AclPush(_Push):
+    action: Literal["acl"]
+    acl: tuple[AclEntry, ...]
+
+
+class DeletePush(_Push):
+    action: Literal["delete"]
+    reason: str = Field(default="removed at source", max_length=200)
+
+
+Push = Annotated[UpsertPush | AclPush | DeletePush, Field(discriminator="action")]
+_PUSH: TypeAdapter[UpsertPush | AclPush | DeletePush] = TypeAdapter(Push)
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The header value a pusher sends: `sha256=<hex HMAC-SHA256 of the raw body>`."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
+    """Constant-time check of the header against the body, so timing reveals nothing of the digest."""
+    if not header:
+        return False
+    expected = sign(secret, body).encode()
+    given = header.strip()
+    scheme, _, digest = given.partition("=")
+    return hmac.compare_digest(expected, f"{scheme.lower()}={digest.lower()}".encode("utf-8", "replace"))
+
+
+def publish_durably(events: EventLog) -> Callable[[Event], None]:
+    """A publish that returns only once the event is durable (Kafka's publish alone only enqueues)."""
+
+    def publish(event: Event) -> None:
+        events.publish(event)
+        events.flush()
+
+    return publish
+
+
+def _push_hash(push: UpsertPush, content_hash: str) -> str:
+    """What makes two upserts the same: content and every field outside it that ends up indexed.
+
+    The scanner hashes bytes only because a file's title and date live in its bytes; a push carries
+    them beside the content, so a push that only moves `effective_from` is a change, not a replay.
+    """
+    fields = [
+        content_hash,
+        push.content_type,
+        push.title,
+        push.source_url,
+        push.effective_from.isoformat() if push.effective_from else None,
+    ]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+
+class _Refused(Exception):
+    """A push that is valid but cannot be applied (unknown document, stale): answered, never published."""
+
+    def __init__(self, status_code: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.extra = extra
+
+
+def _answer(status_code: int, **body: Any) -> JSONResponse:
+    return JSONResponse(body, status_code=status_code)
+
+
+def _error(status_code: int, message: str, **extra: Any) -> JSONResponse:
+    return _answer(status_code, error=message, **extra)
+
+
+def create_webhook_app(
+    publish: Callable[[Event], None],
+    secret: str,
+    state: ConnectorState,
+    *,
+    now: Callable[[], datetime] = utcnow,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Starlette:
+    """`POST /v1/webhooks/{source}` as an app of its own, to run alone or be mounted into another.
+
+    `publish` must be durable when it returns (see `publish_durably`) and callable from a worker
+    thread (both event logs are). `state` must have been opened on the thread that runs the loop.
+    """
+    if not secret:
+        raise ValueError("the webhook secret must not be empty: anyone could sign pushes")
+    locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = weakref.WeakValueDictionary()
+
+    async def receive(request: Request) -> JSONResponse:
+        name = request.path_params["source"]
+        if not _SOURCE.match(name):
+            return _error(404, f"invalid source name {name!r} (expected {SOURCE_PATTERN})")
+        body = await _read_body(request, max_body_bytes)
+        if body is None:
+            return _error(413, f"body larger than {max_body_bytes} bytes")
+        if not signature_ok(secret, body, request.headers.get(SIGNATURE_HEADER)):
+            return _error(401, f"missing or invalid {SIGNATURE_HEADER} (expected sha256=<hex HMAC of the body>)")
+        try:
+            push = _PUSH.validate_json(body)
+        except ValidationError as exc:
+            return _error(422, f"invalid push: {format_validation_error(exc)}")
+
+        source = f"webhook:{name}"
+        key = (source, push.tenant, push.doc_id)
+        lock = locks.get(key)
+        if lock is None:
+            lock = locks[key] = anyio.Lock()
+        async with lock:
+            record = state.get(source, push.tenant, push.doc_id)
+            try:
+                plan = _plan(source, push, record, now())
+            except _Refused as exc:
+                return _error(exc.status_code, str(exc), **exc.extra)
+            except ValueError as exc:  # a date stated in the content that cannot be read
+                return _error(422, f"invalid push: {exc}")
+            if isinstance(plan, _Unchanged):
+                if plan.row is not None:
+                    state.put(source, plan.row)
+                version = record.version if record is not None else None
+                return _answer(200, status="unchanged", event_id=None, version=version, kind=push.action)
+            event = plan.event
+            # Shielded: once publish returned, the state row must be written even if the client left.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(publish, event)
+                except Exception as exc:
+                    log.warning("webhook %s: publish of %s v%d failed: %s", source, event.key, event.version, exc)
+                    return _error(503, f"event log unavailable, retry later: {exc}")
+                state.put(source, plan.row)
+        return _answer(202, status="published", event_id=event.event_id, version=event.version, kind=event.kind.value)
+
+    return Starlette(routes=[Route("/v1/webhooks/{source}", receive, methods=["POST"])])
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The raw body (the signature is over these exact bytes), or None once it exceeds `limit`."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+@dataclass(frozen=True, slots=True)
+class _Publish:
+    event: Event
+    row: DocRecord  # written only after `event` was published
+
+
+@dataclass(frozen=True, slots=True)
+class _Unchanged:
+    row: DocRecord | None = None  # set when only the sequence high-water mark moved
+
+
+_Plan = _Publish | _Unchanged
+
+
+def _plan(source: str, push: UpsertPush | AclPush | DeletePush, record: DocRecord | None, at: datetime) -> _Plan:
+    """The event a push becomes and the state row to write after publishing it, or a no-op.
+
+    Raises _Refused for a push that must not be applied, ValueError for an unreadable content date.
+    """
+    live = record if record is not None and not record.deleted else None
+    version = (record.version if record is not None else 0) + 1
+    applied_seq = int(record.fingerprint) if record is not None and record.fingerprint.isdigit() else None
+    seq = str(push.sequence) if push.sequence is not None else (record.fingerprint if record is not None else "")
+    payload: UpsertPayload | AclPayload | DeletePayload
+
+    if isinstance(push, UpsertPush):
+        acl = tuple(sorted(set(push.acl)))
+        content = push.content.encode()
+        content_hash = hashlib.sha256(content).hexdigest()
+        push_hash = _push_hash(push, content_hash)
+        row = DocRecord(push.tenant, push.doc_id, version, push_hash, acl, seq, deleted=False)
+        if live is not None and live.content_hash == push_hash:
+            if live.acl == acl:
+                return _unchanged(push, record, applied_seq)
+            payload = AclPayload(acl=acl)  # only readers changed: no re-chunking, and the fast topic
+        else:
+            doc = SourceDocument(
+                doc_id=push.doc_id,
+                tenant=push.tenant,
+                acl=acl,
+                title=push.doc_id,
+                content_type=push.content_type,
+                source_url=push.source_url,
+                fingerprint=seq,
+                fetch=_no_fetch,
+                effective_from=push.effective_from,
+            )
+            payload = upsert_payload(doc, content, content_hash, acl)
+            if push.title is not None:  # the pusher's title is authoritative; the scanner's file name is not
+                payload = payload.model_copy(update={"title": push.title})
+    elif isinstance(push, AclPush):
+        if live is None:
+            raise _Refused(404, f"no live document {push.tenant}/{push.doc_id} from {source}: push an upsert first")
+        acl = tuple(sorted(set(push.acl)))
+        if live.acl == acl:
+            return _unchanged(push, record, applied_seq)
+        row = replace(live, version=version, acl=acl, fingerprint=seq)
+        payload = AclPayload(acl=acl)
+    else:
+        if live is None:  # never published, or already deleted: deleting again changes nothing
+            return _unchanged(push, record, applied_seq)
+        row = replace(live, version=version, deleted=True, fingerprint=seq)
+        payload = DeletePayload(reason=push.reason)
+
+    if push.sequence is not None and applied_seq is not None and push.sequence <= applied_seq:
+        raise _Refused(
+            409,
+            f"stale push: sequence {push.sequence} is not above {applied_seq}, already applied for this document",
+            status="stale",
+            version=record.version if record is not None else None,
+        )
+    return _Publish(build_event(source, push.tenant, push.doc_id, version, payload, at), row)
+
+
+def _unchanged(push: _Push, record: DocRecord | None, applied_seq: int | None) -> _Plan:
+    """A no-op; a higher sequence still moves the high-water mark so older deliveries stay refused."""
+    if record is not None and push.sequence is not None and (applied_seq is None or push.sequence > applied_seq):
+        return _Unchanged(replace(record, fingerprint=str(push.sequence)))
+    return _Unchanged()
+
+
+async def _no_fetch() -> bytes:
+    """A pushed document arrives with its content; nothing is ever fetched."""
+    raise RuntimeError("a pushed document has no fetch")

@@ -1,0 +1,315 @@
+"""Webhook source: signed pushes become durable events in the real SQLite event log, exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from connectors.state import ConnectorState, DocRecord
+from connectors.webhook import SIGNATURE_HEADER, create_webhook_app, sign
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
+from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS
+from streams.sqlite_log import SqliteEventLog
+
+SECRET = "s3cret-shared-with-the-pusher"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SOURCE = "webhook:kb"
+
+REFUNDS: dict[str, Any] = {
+    "action": "upsert",
+    "tenant": "acme",
+    "doc_id": "kb/refunds",
+    "content": "---\neffective_from: 2026-01-01\n---\n# Refund policy\n\nWithin 30 days.\n",
+    "acl": ["group:staff", "group:finance", "group:staff"],
+    "source_url": "https://kb.example/refunds",
+}
+
+
+@dataclass
+class Hook:
+    client: TestClient
+    log: SqliteEventLog
+    state: ConnectorState
+    fail_publish: list[Exception]
+
+    def push(self, body: dict[str, Any] | bytes, *, source: str = "kb", signature: str | None = None) -> Any:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {SIGNATURE_HEADER: signature if signature is not None else sign(SECRET, raw)}
+        return self.client.post(f"/v1/webhooks/{source}", content=raw, headers=headers)
+
+    def events(self, topic: str) -> list[Event]:
+        records = self.log.poll(topic, f"test-{uuid.uuid4().hex}", max_records=1000)
+        return [Event.model_validate_json(r.value) for r in records]
+
+    def all_events(self) -> list[Event]:
+        return [e for topic in (TOPIC_DOCUMENTS, TOPIC_ACL, TOPIC_DELETIONS) for e in self.events(topic)]
+
+    def record(self, tenant: str = "acme", doc_id: str = "kb/refunds", source: str = SOURCE) -> DocRecord | None:
+        """Read on the loop's thread, the only one that may use the state's connection."""
+        assert self.client.portal is not None
+        return self.client.portal.call(self.state.get, source, tenant, doc_id)
+
+
+@pytest.fixture
+def hook(tmp_path: Path) -> Iterator[Hook]:
+    log = SqliteEventLog(tmp_path / "events.db")
+    fail_publish: list[Exception] = []
+
+    def publish(event: Event) -> None:
+        if fail_publish:
+            raise fail_publish.pop(0)
+        log.publish(event)
+
+    # The webhook app is mounted into a larger app, as `ragsync serve` does, and the state is opened
+    # on the event loop's thread: ConnectorState's SQLite connection belongs to its opening thread.
+    server = Starlette()
+    with TestClient(server) as client:
+        assert client.portal is not None
+        state = client.portal.call(ConnectorState, tmp_path / "connectors.db")
+        server.mount("", create_webhook_app(publish, SECRET, state, now=lambda: NOW, max_body_bytes=64 * 1024))
+        yield Hook(client, log, state, fail_publish)
+        client.portal.call(state.close)
+    log.close()
+
+
+def upsert(event: Event) -> UpsertPayload:
+    assert isinstance(event.payload, UpsertPayload)
+    return event.payload
+
+
+def test_signed_upsert_is_published_to_the_documents_topic_before_202(hook: Hook) -> None:
+    response = hook.push(REFUNDS)
+    assert response.status_code == 202, response.text
+    [event] = hook.events(TOPIC_DOCUMENTS)
+    assert response.json() == {"status": "published", "event_id": event.event_id, "version": 1, "kind": "upsert"}
+    assert event.event_id == make_event_id(SOURCE, "acme", "kb/refunds", 1, EventKind.UPSERT)
+    assert (event.kind, event.tenant, event.doc_id, event.version, event.source, event.occurred_at) == (
+        EventKind.UPSERT,
+        "acme",
+        "kb/refunds",
+        1,
+        SOURCE,
+        NOW,
+    )
+    payload = upsert(event)
+    assert payload.acl == ("group:finance", "group:staff"), "sorted and deduplicated, as scanned sources"
+    assert payload.content == REFUNDS["content"]
+    assert payload.content_type == "markdown"
+    assert payload.title == "Refund policy", "stated in the content"
+    assert payload.effective_from == datetime(2026, 1, 1, tzinfo=UTC), "stated in the content"
+    assert payload.source_url == "https://kb.example/refunds"
+    assert hook.events(TOPIC_ACL) == [] and hook.events(TOPIC_DELETIONS) == []
+    record = hook.record()
+    assert record is not None and (record.version, record.acl, record.deleted) == (1, payload.acl, False)
+
+
+def test_given_title_and_date_win_over_the_content(hook: Hook) -> None:
+    body = {**REFUNDS, "title": "Refunds (EU)", "effective_from": "2026-04-01T00:00:00+02:00", "content_type": "text"}
+    assert hook.push(body).status_code == 202
+    [event] = hook.events(TOPIC_DOCUMENTS)
+    payload = upsert(event)
+    assert (payload.title, payload.content_type) == ("Refunds (EU)", "text")
+    assert payload.effective_from == datetime(2026, 3, 31, 22, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "",
+        "sha256=" + "0" * 64,
+        sign("another-secret", json.dumps(REFUNDS).encode()),
+        sign(SECRET, json.dumps(REFUNDS).encode()).replace("sha256=", "sha1="),
+        sign(SECRET, json.dumps({**REFUNDS, "tenant": "globex"}).encode()),  # signed a different body
+    ],
+)
+def test_bad_signature_is_401_and_nothing_is_published(hook: Hook, signature: str) -> None:
+    response = hook.push(REFUNDS, signature=signature)
+    assert response.status_code == 401
+    assert SIGNATURE_HEADER in response.json()["error"]
+    assert hook.all_events() == [] and hook.record() is None
+
+
+def test_signature_hex_is_case_insensitive(hook: Hook) -> None:
+    raw = json.dumps(REFUNDS).encode()
+    assert hook.push(raw, signature=sign(SECRET, raw).upper().replace("SHA256=", "sha256=")).status_code == 202
+
+
+def test_replay_is_an_idempotent_no_op(hook: Hook) -> None:
+    first = hook.push(REFUNDS).json()
+    reordered_acl = {**REFUNDS, "acl": ["group:finance", "group:staff"]}
+    for body in (REFUNDS, reordered_acl):
+        response = hook.push(body)
+        assert response.status_code == 200
+        assert response.json() == {"status": "unchanged", "event_id": None, "version": 1, "kind": "upsert"}
+    assert [e.event_id for e in hook.all_events()] == [first["event_id"]]
+
+    changed = hook.push({**REFUNDS, "content": REFUNDS["content"].replace("30", "45")})
+    assert changed.status_code == 202 and changed.json()["version"] == 2
+    dated = hook.push({**REFUNDS, "content": REFUNDS["content"].replace("30", "45"), "effective_from": "2026-06-01"})
+    assert dated.json()["version"] == 3, "a new date outside the content is a change too, not a replay"
+    assert [(e.version, e.kind) for e in hook.events(TOPIC_DOCUMENTS)] == [(1, "upsert"), (2, "upsert"), (3, "upsert")]
+
+
+def test_acl_push_goes_to_the_acl_topic(hook: Hook) -> None:
+    hook.push(REFUNDS)
+    response = hook.push({"action": "acl", "tenant": "acme", "doc_id": "kb/refunds", "acl": ["user:ceo", "group:hr"]})
+    assert response.status_code == 202
+    [event] = hook.events(TOPIC_ACL)
+    assert response.json() == {"status": "published", "event_id": event.event_id, "version": 2, "kind": "acl"}
+    assert event.payload == AclPayload(acl=("group:hr", "user:ceo"))
+    assert len(hook.events(TOPIC_DOCUMENTS)) == 1
+
+    same = hook.push({"action": "acl", "tenant": "acme", "doc_id": "kb/refunds", "acl": ["group:hr", "user:ceo"]})
+    assert same.status_code == 200 and same.json()["status"] == "unchanged"
+    # An upsert push whose content is unchanged but whose readers differ is an ACL event too.
+    response = hook.push({**REFUNDS, "acl": ["group:staff"]})
+    assert response.json()["kind"] == "acl" and response.json()["version"] == 3
+    assert [e.payload for e in hook.events(TOPIC_ACL)][-1] == AclPayload(acl=("group:staff",))
+
+    unknown = hook.push({"action": "acl", "tenant": "acme", "doc_id": "kb/other", "acl": []})
+    assert unknown.status_code == 404 and "push an upsert first" in unknown.json()["error"]
+
+
+def test_delete_push_goes_to_the_deletions_topic_and_versions_continue(hook: Hook) -> None:
+    hook.push(REFUNDS)
+    response = hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/refunds", "reason": "archived"})
+    assert response.status_code == 202
+    [event] = hook.events(TOPIC_DELETIONS)
+    assert response.json() == {"status": "published", "event_id": event.event_id, "version": 2, "kind": "delete"}
+    assert event.payload == DeletePayload(reason="archived")
+    record = hook.record()
+    assert record is not None and record.deleted
+
+    again = hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/refunds"})
+    assert again.status_code == 200 and again.json()["status"] == "unchanged"
+    never = hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/never-seen"})
+    assert never.status_code == 200 and never.json()["version"] is None
+    assert len(hook.events(TOPIC_DELETIONS)) == 1
+
+    back = hook.push(REFUNDS)
+    assert back.status_code == 202 and back.json()["version"] == 3, "a returning document continues its versions"
+
+
+def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
+    assert hook.push(REFUNDS).json()["version"] == 1
+    assert hook.push({**REFUNDS, "tenant": "globex"}).json()["version"] == 1
+    other = hook.push(REFUNDS, source="crm")
+    assert other.status_code == 202
+    assert {e.source for e in hook.events(TOPIC_DOCUMENTS)} == {"webhook:kb", "webhook:crm"}
+    assert hook.push(REFUNDS, source="bad name").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({**REFUNDS, "groups": ["group:staff"]}, "upsert.groups: Extra inputs are not permitted"),
+        ({"action": "acl", "tenant": "acme", "doc_id": "d", "acl": [], "content": "x"}, "acl.content: Extra inputs"),
+        (b'{"action": "upsert", ', "Invalid JSON"),
+        (b"[1, 2]", "Input should be an object"),
+        ({k: v for k, v in REFUNDS.items() if k != "action"}, "discriminator 'action'"),
+        ({**REFUNDS, "effective_from": "next week"}, "upsert.effective_from: invalid effective_from 'next week'"),
+        ({**REFUNDS, "action": "rename"}, "'upsert', 'acl', 'delete'"),
+        ({k: v for k, v in REFUNDS.items() if k != "acl"}, "upsert.acl: Field required"),
+        ({**REFUNDS, "acl": ["staff"]}, "upsert.acl[0]: String should match pattern"),
+        ({**REFUNDS, "tenant": "acme corp"}, "upsert.tenant"),
+        ({**REFUNDS, "doc_id": ""}, "upsert.doc_id"),
+        ({**REFUNDS, "sequence": "7"}, "upsert.sequence: Input should be a valid integer"),  # strict: no coercion
+        ({**REFUNDS, "content_type": "pdf"}, "upsert.content_type"),
+        ({**REFUNDS, "content": "---\neffective_from: 2026-13-01\n---\n# x\n"}, "2026-13-01"),
+    ],
+)
+def test_invalid_push_is_422_with_a_clear_message(hook: Hook, body: dict[str, Any] | bytes, message: str) -> None:
+    response = hook.push(body)
+    assert response.status_code == 422
+    assert response.json()["error"].startswith("invalid push: ")
+    assert message in response.json()["error"]
+    assert hook.all_events() == []
+
+
+def test_oversized_body_is_413(hook: Hook) -> None:
+    response = hook.push({**REFUNDS, "content": "x" * (65 * 1024)})
+    assert response.status_code == 413 and hook.all_events() == []
+
+
+def test_publish_failure_is_503_and_leaves_state_so_the_retry_publishes(hook: Hook) -> None:
+    hook.fail_publish.append(ConnectionError("log unavailable"))
+    response = hook.push(REFUNDS)
+    assert response.status_code == 503
+    assert "retry" in response.json()["error"] and "log unavailable" in response.json()["error"]
+    assert hook.record() is None and hook.all_events() == []
+
+    retry = hook.push(REFUNDS)
+    assert retry.status_code == 202
+    [event] = hook.events(TOPIC_DOCUMENTS)
+    assert (retry.json()["event_id"], retry.json()["version"]) == (event.event_id, 1)
+
+    hook.fail_publish.append(OSError("disk full"))
+    assert hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/refunds"}).status_code == 503
+    record = hook.record()
+    assert record is not None and not record.deleted and record.version == 1
+
+
+def test_sequence_refuses_late_deliveries_instead_of_reverting(hook: Hook) -> None:
+    v17 = {**REFUNDS, "sequence": 17}
+    v18 = {**REFUNDS, "content": "# Refund policy\n\nWithin 60 days.\n", "sequence": 18}
+    assert hook.push(v18).status_code == 202
+    late = hook.push(v17)  # delivered after a newer one: a retry of an earlier push
+    assert late.status_code == 409
+    assert late.json()["status"] == "stale" and "sequence 17 is not above 18" in late.json()["error"]
+    assert hook.push(v18).json()["status"] == "unchanged", "a replay of the applied push is still a no-op"
+    conflicting = hook.push({**v18, "content": "# other\n"})
+    assert conflicting.status_code == 409, "one sequence, two contents: refused"
+
+    assert hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/refunds", "sequence": 19}).status_code == 202
+    assert hook.push(v18).status_code == 409, "a delayed upsert must not resurrect a deleted document"
+    assert hook.push({**v18, "sequence": 20}).json()["version"] == 3
+    unordered = hook.push({**REFUNDS, "content": "# no sequence\n"})
+    assert unordered.status_code == 202, "pushes without a sequence apply in arrival order"
+    record = hook.record()
+    assert record is not None and record.fingerprint == "20", "the high-water mark is kept"
+    assert [(e.version, e.kind) for e in hook.all_events()] == [
+        (1, "upsert"),
+        (3, "upsert"),
+        (4, "upsert"),
+        (2, "delete"),
+    ]
+
+
+def test_concurrent_pushes_for_one_document_get_distinct_versions(hook: Hook) -> None:
+    original = hook.log.publish
+
+    def slow(event: Event) -> None:
+        time.sleep(0.2)  # both requests are inside the handler at the same time
+        original(event)
+
+    hook.log.publish = slow  # type: ignore[method-assign]
+    results: list[int] = []
+
+    def push(n: int) -> None:
+        results.append(hook.push({**REFUNDS, "content": f"# v{n}\n"}).json()["version"])
+
+    threads = [threading.Thread(target=push, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [1, 2]
+    assert sorted(e.version for e in hook.events(TOPIC_DOCUMENTS)) == [1, 2]
+
+
+def test_empty_secret_is_refused(tmp_path: Path) -> None:
+    state = ConnectorState(tmp_path / "c.db")
+    with pytest.raises(ValueError, match="secret"):
+        create_webhook_app(lambda e: None, "", state)
+    state.close()
