@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS connector_docs (
@@ -43,7 +45,10 @@ class DocRecord:
 class ConnectorState:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None)
+        # Shared across threads (the webhook publishes from a worker thread); every statement
+        # runs and is fetched under one lock, so uses never interleave.
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.Lock()
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL may lose the last commits on power loss; that only re-emits events with the same IDs.
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -57,31 +62,35 @@ class ConnectorState:
 
     _COLUMNS = "tenant, doc_id, version, content_hash, acl, fingerprint, deleted"
 
+    def _all(self, sql: str, args: tuple[object, ...]) -> list[Any]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
     def get(self, source: str, tenant: str, doc_id: str) -> DocRecord | None:
-        row = self._db.execute(
+        rows = self._all(
             f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? AND tenant = ? AND doc_id = ?",
             (source, tenant, doc_id),
-        ).fetchone()
-        return None if row is None else self._record(row)
+        )
+        return self._record(rows[0]) if rows else None
 
     def live_elsewhere(self, source: str, doc_id: str, tenant: str) -> list[DocRecord]:
         """Live rows of the document under other tenants: left behind when a manifest moved it."""
-        rows = self._db.execute(
+        rows = self._all(
             f"SELECT {self._COLUMNS} FROM connector_docs"
             " WHERE source = ? AND doc_id = ? AND tenant <> ? AND deleted = 0 ORDER BY tenant",
             (source, doc_id, tenant),
-        ).fetchall()
+        )
         return [self._record(r) for r in rows]
 
     def live(self, source: str) -> list[DocRecord]:
-        rows = self._db.execute(
+        rows = self._all(
             f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? AND deleted = 0 ORDER BY tenant, doc_id",
             (source,),
-        ).fetchall()
+        )
         return [self._record(r) for r in rows]
 
     def put(self, source: str, record: DocRecord) -> None:
-        self._db.execute(
+        self._all(
             "INSERT INTO connector_docs (source, tenant, doc_id, version, content_hash, acl, fingerprint, deleted)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (source, tenant, doc_id) DO UPDATE SET version = excluded.version,"
@@ -100,4 +109,5 @@ class ConnectorState:
         )
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()

@@ -74,7 +74,6 @@ from connectors.scan import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
 from schemas.events import AclEntry, AclPayload, DeletePayload, Event, Identifier, UpsertPayload
-from streams.ports import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -143,16 +142,6 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected, f"{scheme.lower()}={digest.lower()}".encode("utf-8", "replace"))
 
 
-def publish_durably(events: EventLog) -> Callable[[Event], None]:
-    """A publish that returns only once the event is durable (Kafka's publish alone only enqueues)."""
-
-    def publish(event: Event) -> None:
-        events.publish(event)
-        events.flush()
-
-    return publish
-
-
 def _push_hash(push: UpsertPush, content_hash: str) -> str:
     """What makes two upserts the same: content and every field outside it that ends up indexed.
 
@@ -196,7 +185,7 @@ def create_webhook_app(
 ) -> Starlette:
     """`POST /v1/webhooks/{source}` as an app of its own, to run alone or be mounted into another.
 
-    `publish` must be durable when it returns (see `publish_durably`) and callable from a worker
+    `publish` must be durable when it returns (see `streams.ports.publish_durably`) and callable from a worker
     thread (both event logs are). `state` must have been opened on the thread that runs the loop.
     """
     if not secret:

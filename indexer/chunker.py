@@ -893,6 +893,11 @@ def _split(text: str, code: bool, budget: int) -> list[str]:
     return out
 
 
+def split_sentences(text: str) -> list[str]:
+    """Sentences as substrings of the text (stripped), not cut at "e.g.", initials or "3.11"."""
+    return _sentences(text)
+
+
 def _sentences(text: str) -> list[str]:
     cuts = [0]
     for match in _SENTENCE_END.finditer(text):

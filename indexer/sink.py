@@ -91,8 +91,14 @@ class IndexSink:
         result.lag_s = (self.clock() - event.occurred_at).total_seconds()
         return result
 
+    @staticmethod
+    def effective_from(event: Event, payload: UpsertPayload) -> datetime:
+        """A stated date, else the event's time, to the second: the query side's default as-of is
+        now floored to the second, so a document synced a moment ago is visible at once."""
+        return payload.effective_from or event.occurred_at.replace(microsecond=0)
+
     def passages_for(self, event: Event, payload: UpsertPayload) -> list[Passage]:
-        effective_from = payload.effective_from or event.occurred_at
+        effective_from = self.effective_from(event, payload)
         return [
             Passage(
                 passage_id=make_passage_id(event.doc_id, event.version, chunk.anchor),
@@ -122,7 +128,7 @@ class IndexSink:
             result.passages_embedded = len(passages)
             self.vector.upsert(passages, vectors)
         self.lexical.upsert(passages)
-        effective_from = payload.effective_from or event.occurred_at
+        effective_from = self.effective_from(event, payload)
         self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
         acl_changed = state is not None and tuple(state.acl) != tuple(payload.acl)
         if acl_changed:

@@ -7,12 +7,10 @@ for one rewritten search (the question's content words plus the best passage's h
 
 from __future__ import annotations
 
-import re
-
+from indexer.chunker import split_sentences
 from indexer.text import STOPWORDS, query_terms, word_count
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
 
-_SENTENCE = re.compile(r"[^.!?\n]+(?:[.!?]+(?=\s|$)|$)", re.MULTILINE)
 _QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "why", "how", "does", "do", "is", "can", "tell"})
 
 
@@ -29,12 +27,8 @@ def _terms(text: str) -> set[str]:
 
 
 def sentences(text: str) -> list[str]:
-    out = []
-    for match in _SENTENCE.finditer(text):
-        sentence = match.group(0).strip()
-        if word_count(sentence) >= 4:
-            out.append(sentence)
-    return out
+    """Citable units: each line (table rows, list items) cut into sentences, at least 4 words."""
+    return [s for line in text.split("\n") for s in split_sentences(line) if word_count(s) >= 4]
 
 
 class ExtractiveModel:

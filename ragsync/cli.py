@@ -63,20 +63,29 @@ def main(ctx: click.Context, profile: str | None, home: Path | None, verbose: in
 
 @main.command()
 @click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--git", "is_git", is_flag=True, help="PATH is a git repository: index the wiki committed at --ref.")
+@click.option("--ref", default="HEAD", show_default=True, help="With --git: the branch, tag or commit to index.")
+@click.option("--subdir", default="", help="With --git: only this folder of the repository (its root for doc IDs).")
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
-def sync(ctx: click.Context, path: Path, force: bool, no_apply: bool, as_json: bool) -> None:
-    """Scan PATH for changes and apply them to every store and cache.
+def sync(
+    ctx: click.Context, path: Path, is_git: bool, ref: str, subdir: str, force: bool, no_apply: bool, as_json: bool
+) -> None:
+    """Scan PATH (a folder, or a git wiki with --git) for changes and apply them to every store and cache.
 
     Emits an upsert per new or changed document, an ACL event per permission change and a delete per
     removed file (only after a scan with no read errors). In the cluster profile the events go to
     Kafka and `ragsync worker` applies them.
     """
-    from ragsync.pipeline import sync_folder
+    from connectors.base import SourceConnector
+    from connectors.drive import DriveConnector
+    from connectors.git_wiki import GitWikiConnector
+    from ragsync.pipeline import sync_source
 
     settings = _settings(ctx)
+    connector: SourceConnector = GitWikiConnector(path, ref=ref, subdir=subdir) if is_git else DriveConnector(path)
     apply = not no_apply and settings.profile == "embedded"
     components = build(settings)
     try:
@@ -91,9 +100,9 @@ def sync(ctx: click.Context, path: Path, force: bool, no_apply: bool, as_json: b
         ) as bar:
             scan_task = bar.add_task("scanning", total=None)
             apply_task = bar.add_task("indexing", total=None, visible=False)
-            report = sync_folder(
+            report = sync_source(
                 components,
-                path,
+                connector,
                 force=force,
                 apply=apply,
                 on_scan=lambda n: bar.advance(scan_task, n),
@@ -350,13 +359,17 @@ def worker(ctx: click.Context, poll_s: float) -> None:
 @click.option("--port", default=8080, show_default=True)
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Serve POST /v1/ask (Bearer session token), /healthz and /metrics."""
+    """Serve POST /v1/ask (Bearer session token), /healthz, /metrics and, with RAGSYNC_WEBHOOK_SECRET set,
+    POST /v1/webhooks/{source} for document pushes (HMAC-SHA256 signed)."""
     import uvicorn
-    from query.api import create_app
+
+    from ragsync.server import server_app
 
     settings = _settings(ctx)
     components = build(settings)
-    app = create_app(lambda: components.query_worker())
+    app = server_app(components)
+    if settings.webhook_secret:
+        console.print("webhook pushes accepted at POST /v1/webhooks/{source} (X-Ragsync-Signature)")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

@@ -6,15 +6,17 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from connectors.base import SourceConnector
 from connectors.drive import DriveConnector
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
-
 from indexer.chunker import CHUNKER_VERSION
 from ragsync.wiring import Components
 from streams.dispatch import Stats
 from streams.embedded_worker import EmbeddedWorker
+from streams.ports import publish_durably
 
 
 @dataclass
@@ -30,9 +32,9 @@ def needs_reindex(components: Components) -> bool:
     return bool(versions) and versions != {CHUNKER_VERSION}
 
 
-def sync_folder(
+def sync_source(
     components: Components,
-    root: Path,
+    connector: SourceConnector,
     *,
     force: bool = False,
     apply: bool = True,
@@ -40,17 +42,17 @@ def sync_folder(
     on_apply: Callable[[int], None] | None = None,
     on_backlog: Callable[[int], None] | None = None,
 ) -> SyncReport:
-    """Scan the folder into the event log, then (embedded profile) drain the log into the stores.
+    """Scan a source into the event log, then (embedded profile) drain the log into the stores.
 
-    In the cluster profile `apply=False`: Faust workers consume what the scan published.
+    Every event is durable before the connector records it as emitted. In the cluster profile
+    `apply=False`: the Faust workers consume what the scan published.
     """
     reindex = needs_reindex(components)
     state = ConnectorState(components.settings.home / "connectors.db")
     try:
         report = asyncio.run(
-            scan(DriveConnector(root), state, components.events.publish, progress=on_scan, force=force or reindex)
+            scan(connector, state, publish_durably(components.events), progress=on_scan, force=force or reindex)
         )
-        components.events.flush()
     finally:
         state.close()
     stats = None
@@ -62,3 +64,7 @@ def sync_folder(
             on_backlog(worker.pending())
         stats = worker.drain(on_apply)
     return SyncReport(report, stats, reindex)
+
+
+def sync_folder(components: Components, root: Path, **options: Any) -> SyncReport:
+    return sync_source(components, DriveConnector(root), **options)

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     profile: Literal["embedded", "cluster"] = "embedded"
     home: Path = Path(".ragsync")
     session_secret: str = ""
+    webhook_secret: str = ""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"

@@ -7,6 +7,7 @@ comes from the indexer's idempotent, versioned writes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,6 +63,19 @@ class EventLog(Protocol):
         """Records not yet committed by the group."""
 
     def close(self) -> None: ...
+
+
+def publish_durably(events: EventLog) -> Callable[[Event], None]:
+    """A publish that returns only once the event is durable (Kafka's publish alone only enqueues).
+
+    Connectors record an event as emitted right after publish returns, so that must mean durable.
+    """
+
+    def publish(event: Event) -> None:
+        events.publish(event)
+        events.flush()
+
+    return publish
 
 
 def dead_letter_value(record: Record, reason: str) -> bytes:
