@@ -1,0 +1,287 @@
+"""The cluster profile's indexer: a Faust worker, one agent per topic, applying events through the sink.
+
+Why it is built this way:
+
+* Priority. ACL, deletion and document events travel on three topics, each with its own agent,
+  so a revocation never waits behind a document backlog: Faust feeds each agent from its own
+  buffer, and a full buffer pauses only its own partitions (it does not block delivery to the
+  other agents).
+* Ordering. A document's events share a key (`tenant/doc_id`) hence a partition; each agent runs
+  with `concurrency=1`, so one partition's events are applied one after the other, in order.
+  All three topics have the same partition count and Faust's assignor co-partitions them, so the
+  ACL, deletion and document partitions of a key belong to the same worker; a per-key lock in
+  that worker keeps the ACL agent and the document agent from interleaving the read-modify-write
+  of one document's state.
+* At-least-once. The agents iterate a `noack()` stream and ack an event explicitly, only after
+  `IndexSink.apply` returned (every store confirmed) or, for an invalid event, after the dead
+  letter was acknowledged by Kafka. A plain `async for` would ack in a `finally` block, i.e.
+  also when the agent is cancelled in the middle of a write (shutdown, rebalance); Faust commits
+  only contiguously acked offsets, so an unfinished event is redelivered. A store error is retried
+  in place with exponential backoff, forever: this agent's topic waits, the other agents keep
+  flowing, and nothing is acked before it is durable. Redelivery is harmless: the sink's writes
+  are idempotent and versioned. No exactly-once mode: it has open duplicate/reprocessing bugs
+  upstream and the sink does not need it.
+* Scale-out. The app id is the consumer group: several workers with the same id share the
+  partitions. By default it is derived from the topic prefix (`<prefix>indexer`), so one prefix
+  is one deployment.
+
+The worker always reads Kafka; its stores are whatever `ragsync.wiring.build(settings)` wires for
+the profile: Elasticsearch/Qdrant/Redis in the cluster profile, or the embedded SQLite stores
+(multi-process safe in WAL mode; keep dense embeddings off when several workers share one home).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import faust
+
+from indexer.sink import IndexSink
+from ragsync.settings import Settings
+from streams.dispatch import Stats, handle
+from streams.kafka_log import MAX_MESSAGE_BYTES, ensure_topics, topic_names
+from streams.ports import EVENT_TOPICS, TOPIC_DLQ, Record, dead_letter_value
+
+log = logging.getLogger(__name__)
+
+POLL_RECORDS = 100
+"""Records handed out per turn of Faust's fetch loop."""
+
+
+def stream_buffer_size(partitions: int) -> int:
+    """Events an agent may queue so that a full document queue never stalls the ACL and deletion agents.
+
+    Faust's fetch loop delivers each turn's records to the agents' queues. When a queue passes
+    1/1.25 of its size ("high pressure") Faust stops fetching the partition that delivered, but
+    the records already handed out still go in; only a *completely* full queue blocks, and then
+    it blocks the whole loop, every agent included. A turn holds at most POLL_RECORDS records and
+    each turn past the mark pauses at least one more partition, so a queue overshoots the mark by
+    less than partitions x POLL_RECORDS: size > 5 x that keeps it from ever filling up. The floor
+    keeps enough queued work to cover the loop's one-second wait while a paused topic drains.
+    """
+    return max(1024, 5 * partitions * POLL_RECORDS + POLL_RECORDS)
+
+
+DEAD_LETTER_KEEP_BYTES = 1024 * 1024
+"""A dead letter larger than a record may be is cut to this much of the original value."""
+
+
+def default_app_id(settings: Settings) -> str:
+    """One topic prefix = one deployment = one consumer group."""
+    return f"{settings.kafka_topic_prefix}indexer"
+
+
+def broker_url(bootstrap: str) -> str:
+    """kafka-python takes `a:9092,b:9092`; Faust wants `kafka://a:9092;b:9092`."""
+    hosts = [h.strip() for h in bootstrap.replace(";", ",").split(",") if h.strip()]
+    return "kafka://" + ";".join(hosts)
+
+
+class KeyedLocks:
+    """One asyncio lock per key in use, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+def bounded_dead_letter(record: Record, reason: str) -> bytes:
+    """The dead letter, cut down when the original value would make it larger than Kafka accepts."""
+    value = dead_letter_value(record, reason)
+    if len(value) <= MAX_MESSAGE_BYTES - 64 * 1024:
+        return value
+    cut = replace(record, value=record.value[:DEAD_LETTER_KEEP_BYTES])
+    return dead_letter_value(cut, f"{reason} (value truncated from {len(record.value)} bytes)")
+
+
+@dataclass
+class Indexer:
+    """What the agents share: the sink, the retry policy, per-key locks and per-topic stats."""
+
+    sink: IndexSink
+    revocation_bound_s: float = 30.0
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
+    stats: dict[str, Stats] = field(default_factory=lambda: {t: Stats() for t in EVENT_TOPICS})
+
+    async def apply(self, record: Record) -> str | None:
+        """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None.
+
+        The sink does blocking I/O, so it runs in a thread and the event loop keeps serving the
+        other agents, heartbeats and commits meanwhile.
+        """
+        stats = self.stats[record.topic]
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.to_thread(handle, self.sink, record, stats, self.revocation_bound_s)
+            except Exception:
+                attempt += 1
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+                log.exception(
+                    "store write failed on %s[%d]@%d (attempt %d), retrying in %.1fs",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    attempt,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    def summary(self) -> str:
+        return ", ".join(
+            f"{topic}: {s.applied} applied, {s.stale} stale, {s.dead_lettered} dead-lettered"
+            for topic, s in self.stats.items()
+        )
+
+
+def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None, partitions: int | None = None) -> Any:
+    """The Faust app with one agent per event topic; agents process and ack through `indexer`.
+
+    `partitions` is the largest partition count of the event topics (they may predate the setting).
+    """
+    buffer = stream_buffer_size(max(partitions or 0, settings.kafka_partitions))
+    kafka_topics = topic_names(settings.kafka_topic_prefix)
+    app = faust.App(
+        app_id or default_app_id(settings),
+        broker=broker_url(settings.kafka_bootstrap),
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=settings.kafka_partitions,
+        topic_replication_factor=1,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        # A crashed worker's partitions move to the others once its session expires: Faust's default
+        # of 60 s would stall them that long. Sink calls run in threads, so heartbeats stay on time.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=3.0,
+        producer_acks=-1,
+        producer_max_request_size=MAX_MESSAGE_BYTES,
+        consumer_max_fetch_size=MAX_MESSAGE_BYTES + 1024 * 1024,
+        stream_buffer_maxsize=buffer,
+        broker_max_poll_records=POLL_RECORDS,
+        web_enabled=False,
+        datadir=str(settings.home / "faust"),
+    )
+
+    def topic(logical: str) -> Any:
+        return app.topic(
+            kafka_topics[logical],
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.kafka_partitions,
+        )
+
+    dlq = topic(TOPIC_DLQ)
+
+    async def dead_letter(record: Record, reason: str) -> None:
+        """Send and wait for the broker's ack (force=True: not deferred to the commit)."""
+        attempt = 0
+        while True:
+            try:
+                pending = await dlq.send(key=record.key.encode(), value=bounded_dead_letter(record, reason), force=True)
+                await pending
+                return
+            except Exception:
+                attempt += 1
+                delay = min(indexer.max_backoff_s, indexer.backoff_s * 2 ** (attempt - 1))
+                log.exception("dead-lettering %s@%d failed, retrying in %.1fs", record.topic, record.offset, delay)
+                await asyncio.sleep(delay)
+
+    def make_agent(logical: str) -> Callable[[Any], Any]:
+        async def agent(stream: Any) -> None:
+            manual = stream.noack()
+            async for event in manual.events():
+                message = event.message
+                key = message.key.decode("utf-8", "replace") if message.key is not None else ""
+                record = Record(logical, message.partition, message.offset, key, bytes(message.value or b""))
+                async with indexer.locks.hold(record.key):
+                    reason = await indexer.apply(record)
+                if reason is not None:
+                    await dead_letter(record, reason)
+                await manual.ack(event)
+
+        agent.__name__ = agent.__qualname__ = f"apply_{logical}"
+        return agent
+
+    for logical in EVENT_TOPICS:
+        app.agent(topic(logical), name=f"ragsync.apply_{logical}", concurrency=1)(make_agent(logical))
+
+    async def report() -> None:
+        log.info("indexer: %s", indexer.summary())
+
+    app.timer(30.0)(report)
+    return app
+
+
+def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None = None) -> None:
+    """Create the topics if needed, wire the stores, and run one Faust worker until it is stopped.
+
+    Start several (same settings, same app id) to share the partitions. SIGTERM/SIGINT stop it
+    gracefully; a SIGKILL loses nothing either, since offsets are committed only after apply.
+    """
+    from kafka import KafkaAdminClient
+
+    from ragsync.wiring import build
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="ragsync-worker-admin")
+    try:
+        partitions = ensure_topics(admin, settings.kafka_topic_prefix, settings.kafka_partitions)
+    finally:
+        admin.close()
+    components = build(settings)
+    # One line per HTTP request to Elasticsearch would drown the worker's own log at INFO.
+    for noisy in ("elastic_transport", "elastic_transport.transport", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        indexer = Indexer(components.sink(), revocation_bound_s=settings.revocation_bound_s)
+        app = build_app(settings, indexer, app_id=app_id, partitions=max(len(p) for p in partitions.values()))
+        started = time.monotonic()
+        log.info(
+            "faust worker %s on %s (prefix %r)", app.conf.id, settings.kafka_bootstrap, settings.kafka_topic_prefix
+        )
+        worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+        try:
+            worker.execute_from_commandline()
+        finally:
+            log.info("faust worker stopped after %.0fs: %s", time.monotonic() - started, indexer.summary())
+    finally:
+        components.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m streams.faust_app`: settings from RAGSYNC_* as everywhere else."""
+    parser = argparse.ArgumentParser(prog="python -m streams.faust_app", description=__doc__.split("\n")[0])
+    parser.add_argument("--loglevel", default="info")
+    parser.add_argument("--app-id", default=None, help="consumer group (default: <topic prefix>indexer)")
+    args = parser.parse_args(argv)
+    run_worker(Settings(), loglevel=args.loglevel, app_id=args.app_id)
+
+
+if __name__ == "__main__":
+    main()
