@@ -100,7 +100,13 @@ class Cache(Protocol):
 
 @dataclass
 class DocState:
-    """What the indexer has applied for one document; written last, after every store confirmed."""
+    """What the indexer has applied for one document; written last, after every store confirmed.
+
+    Content and ACL carry separate versions because they travel on separate topics: an ACL event
+    may overtake older upserts (revocations have priority), and those upserts must still land,
+    with the newer ACL. `applied_version` is the highest version applied of any kind; when
+    `deleted`, it is the tombstone's version.
+    """
 
     tenant: str
     doc_id: str
@@ -108,6 +114,7 @@ class DocState:
     deleted: bool = False
     acl: tuple[str, ...] = ()
     content_version: int | None = None
+    acl_version: int | None = None
     content_hash: str | None = None
     chunker_version: str | None = None
     passage_ids: list[str] = field(default_factory=list)

@@ -26,7 +26,7 @@ from indexer.ports import (
     VectorIndex,
 )
 from schemas._time import utcnow
-from schemas.events import AclPayload, DeletePayload, Event, UpsertPayload
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
 from schemas.passages import Passage, make_passage_id
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,24 @@ def embedding_text(passage: Passage) -> str:
     return f"{heading}\n{passage.text}" if heading else passage.text
 
 
+def is_stale(event: Event, state: DocState | None) -> bool:
+    """Whether the event is older than what it would change. Pure, so the rules are testable alone.
+
+    A tombstone stops everything older than the deletion; an upsert is stale against the current
+    content, an ACL event against the current ACL (upserts carry an ACL too), and a deletion
+    against anything applied after it (the document was re-created).
+    """
+    if state is None:
+        return False
+    if state.deleted and event.version <= state.applied_version:
+        return True
+    if event.kind is EventKind.UPSERT:
+        return state.content_version is not None and event.version <= state.content_version
+    if event.kind is EventKind.ACL:
+        return state.acl_version is not None and event.version <= state.acl_version
+    return event.version <= state.applied_version
+
+
 class IndexSink:
     def __init__(
         self,
@@ -79,7 +97,7 @@ class IndexSink:
     def apply(self, event: Event) -> ApplyResult:
         received_at = self.clock()
         state = self.docs.get(event.tenant, event.doc_id)
-        if state is not None and event.version <= state.applied_version:
+        if is_stale(event, state):
             return ApplyResult(Outcome.STALE, event)
         payload = event.payload
         if isinstance(payload, UpsertPayload):
@@ -97,7 +115,7 @@ class IndexSink:
         now floored to the second, so a document synced a moment ago is visible at once."""
         return payload.effective_from or event.occurred_at.replace(microsecond=0)
 
-    def passages_for(self, event: Event, payload: UpsertPayload) -> list[Passage]:
+    def passages_for(self, event: Event, payload: UpsertPayload, acl: tuple[str, ...] | None = None) -> list[Passage]:
         effective_from = self.effective_from(event, payload)
         return [
             Passage(
@@ -106,7 +124,7 @@ class IndexSink:
                 version=event.version,
                 anchor=chunk.anchor,
                 tenant=event.tenant,
-                acl=payload.acl,
+                acl=payload.acl if acl is None else acl,
                 effective_from=effective_from,
                 superseded_on=None,
                 heading_path=chunk.heading_path,
@@ -121,7 +139,12 @@ class IndexSink:
         ]
 
     def _upsert(self, event: Event, payload: UpsertPayload, state: DocState | None) -> ApplyResult:
-        passages = self.passages_for(event, payload)
+        # An ACL event newer than this upsert may already have been applied (it overtook the
+        # document backlog): the content lands, under that newer ACL.
+        acl_version = state.acl_version if state is not None and not state.deleted else None
+        newer_acl = acl_version is not None and acl_version > event.version
+        acl = state.acl if newer_acl and state is not None else payload.acl
+        passages = self.passages_for(event, payload, acl)
         result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
         if self.vector is not None and self.embedder is not None:
             vectors = self.embedder.embed([embedding_text(p) for p in passages])
@@ -130,10 +153,10 @@ class IndexSink:
         self.lexical.upsert(passages)
         effective_from = self.effective_from(event, payload)
         self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
-        acl_changed = state is not None and tuple(state.acl) != tuple(payload.acl)
+        acl_changed = state is not None and tuple(state.acl) != tuple(acl)
         if acl_changed:
             # Older versions stay answerable as of their dates, so they must carry the new ACL too.
-            self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
+            self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, acl))
         if state is not None and state.deleted:
             acl_changed = True  # a resurrected doc may be readable by others than before
         if acl_changed:
@@ -143,10 +166,11 @@ class IndexSink:
             DocState(
                 tenant=event.tenant,
                 doc_id=event.doc_id,
-                applied_version=event.version,
+                applied_version=max(event.version, state.applied_version if state else 0),
                 deleted=False,
-                acl=payload.acl,
+                acl=acl,
                 content_version=event.version,
+                acl_version=max(event.version, acl_version or 0),
                 content_hash=payload.content_hash,
                 chunker_version=CHUNKER_VERSION,
                 passage_ids=[p.passage_id for p in passages],
@@ -158,8 +182,9 @@ class IndexSink:
         self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
         self.cache.bump(event.tenant)
         new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
-        new_state.applied_version = event.version
+        new_state.applied_version = max(event.version, new_state.applied_version)
         new_state.acl = payload.acl
+        new_state.acl_version = event.version
         self.docs.put(new_state)
         return ApplyResult(Outcome.APPLIED, event, cache_bumped=True)
 

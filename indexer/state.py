@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS doc_state (
     deleted INTEGER NOT NULL,
     acl TEXT NOT NULL,
     content_version INTEGER,
+    acl_version INTEGER,
     content_hash TEXT,
     chunker_version TEXT,
     passage_ids TEXT NOT NULL,
@@ -66,8 +67,8 @@ class SqliteDocStates:
     def get(self, tenant: str, doc_id: str) -> DocState | None:
         with self._db.lock:
             row = self._db.conn.execute(
-                "SELECT applied_version, deleted, acl, content_version, content_hash, chunker_version, passage_ids"
-                " FROM doc_state WHERE tenant = ? AND doc_id = ?",
+                "SELECT applied_version, deleted, acl, content_version, acl_version, content_hash, chunker_version,"
+                " passage_ids FROM doc_state WHERE tenant = ? AND doc_id = ?",
                 (tenant, doc_id),
             ).fetchone()
         if row is None:
@@ -79,15 +80,17 @@ class SqliteDocStates:
             deleted=bool(row[1]),
             acl=tuple(json.loads(row[2])),
             content_version=row[3],
-            content_hash=row[4],
-            chunker_version=row[5],
-            passage_ids=list(json.loads(row[6])),
+            acl_version=row[4],
+            content_hash=row[5],
+            chunker_version=row[6],
+            passage_ids=list(json.loads(row[7])),
         )
 
     def put(self, state: DocState) -> None:
         with self._db.lock:
             self._db.conn.execute(
-                "INSERT OR REPLACE INTO doc_state VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO doc_state(tenant, doc_id, applied_version, deleted, acl, content_version,"
+                " acl_version, content_hash, chunker_version, passage_ids) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     state.tenant,
                     state.doc_id,
@@ -95,6 +98,7 @@ class SqliteDocStates:
                     int(state.deleted),
                     json.dumps(list(state.acl)),
                     state.content_version,
+                    state.acl_version,
                     state.content_hash,
                     state.chunker_version,
                     json.dumps(state.passage_ids),

@@ -262,3 +262,44 @@ def test_dense_index_and_embedding_cache(tmp_path: Path, embedder: Any) -> None:
     assert hits and hits[0].passage.text.startswith("Train tickets")
     sink.apply(delete(3))
     assert vector.count("acme") == 0
+
+
+def test_an_acl_event_that_overtakes_older_upserts_does_not_lose_them(parts: dict[str, Any]) -> None:
+    """Revocations have their own, prioritised topic, so they can arrive before older upserts."""
+    sink, lexical = parts["sink"], parts["lexical"]
+    assert sink.apply(acl(3, ("group:board",))).outcome is Outcome.APPLIED
+    assert sink.apply(upsert(1, "Roadmap for the first quarter.")).outcome is Outcome.APPLIED
+    assert sink.apply(upsert(2, "Roadmap for the second quarter.")).outcome is Outcome.APPLIED
+    board = AccessFilter("acme", ("group:board",), STAFF.as_of)
+    assert texts(lexical, "roadmap quarter", board) == ["Roadmap for the second quarter."]
+    assert texts(lexical, "roadmap quarter") == [], "the older upserts land under the newer ACL"
+    # An upsert newer than the ACL event carries its own ACL, which wins.
+    sink.apply(upsert(4, "Roadmap for the third quarter.", acl=("group:staff",)))
+    assert texts(lexical, "roadmap quarter") == ["Roadmap for the third quarter."]
+    assert sink.apply(acl(3, ("group:board",))).outcome is Outcome.STALE
+
+
+def test_deletes_and_recreations_in_any_arrival_order(parts: dict[str, Any]) -> None:
+    sink, lexical = parts["sink"], parts["lexical"]
+    sink.apply(upsert(1, "Printer manual text."))
+    sink.apply(upsert(4, "Printer manual text, re-created."))  # the file came back after being deleted (v3)
+    assert sink.apply(delete(3)).outcome is Outcome.STALE, "a deletion older than the re-creation"
+    assert texts(lexical, "printer manual") == ["Printer manual text, re-created."]
+    sink.apply(delete(5))
+    assert sink.apply(acl(4, ("group:x",))).outcome is Outcome.STALE
+    assert sink.apply(upsert(2, "Printer manual text.")).outcome is Outcome.STALE
+    assert lexical.count("acme", "p.md") == 0
+
+
+def test_staleness_rules() -> None:
+    from indexer.ports import DocState
+    from indexer.sink import is_stale
+
+    live = DocState("acme", "p.md", applied_version=5, acl=("group:a",), content_version=3, acl_version=5)
+    assert is_stale(upsert(3, "x"), live) and not is_stale(upsert(4, "x"), live)
+    assert is_stale(acl(5, ("group:b",)), live) and not is_stale(acl(6, ("group:b",)), live)
+    assert is_stale(delete(5), live) and not is_stale(delete(6), live)
+    gone = DocState("acme", "p.md", applied_version=7, deleted=True)
+    assert is_stale(upsert(7, "x"), gone) and not is_stale(upsert(8, "x"), gone)
+    assert is_stale(acl(6, ("group:b",)), gone) and is_stale(delete(7), gone)
+    assert not is_stale(upsert(1, "x"), None)
