@@ -195,10 +195,13 @@ def passage_settings(k1: float, b: float) -> dict[str, Any]:
 
     The standard analyzer is in the server core; language analyzers and stemmers live in
     `analysis-common`, which the integ-test distribution lacks, so the mapping does not use them.
+    A 200 ms refresh interval bounds how long a `wait_for` write waits (1 s by default): every
+    event is acknowledged only once visible, so the interval is the per-write latency floor.
     """
     return {
         "number_of_shards": 1,
         "number_of_replicas": 0,
+        "refresh_interval": "200ms",
         "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
     }
 
