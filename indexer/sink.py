@@ -9,7 +9,7 @@ event older than what was applied is ignored (a tombstone keeps a late upsert fr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -24,6 +24,7 @@ from indexer.ports import (
     Embedder,
     LexicalIndex,
     VectorIndex,
+    Vectors,
 )
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
@@ -94,14 +95,38 @@ class IndexSink:
         self.max_chars = max_chars
         self.clock = clock
 
-    def apply(self, event: Event) -> ApplyResult:
+    def embed_upserts(self, events: Sequence[Event]) -> dict[str, Vectors]:
+        """Vectors for the passages of many upserts, from one embedding call.
+
+        The model is several times faster on one large, length-sorted batch than on one small
+        batch per document, so a worker that holds a batch of upserts embeds them together and
+        passes each event's vectors to `apply`. Stale events are skipped.
+        """
+        if self.embedder is None or self.vector is None:
+            return {}
+        spans: list[tuple[str, int, int]] = []
+        texts: list[str] = []
+        for event in events:
+            payload = event.payload
+            if not isinstance(payload, UpsertPayload) or is_stale(event, self.docs.get(event.tenant, event.doc_id)):
+                continue
+            passages = self.passages_for(event, payload)
+            spans.append((event.event_id, len(texts), len(texts) + len(passages)))
+            texts.extend(embedding_text(p) for p in passages)
+        if not texts:
+            return {}
+        vectors = self.embedder.embed(texts)
+        return {event_id: vectors[start:end] for event_id, start, end in spans}
+
+    def apply(self, event: Event, vectors: Vectors | None = None) -> ApplyResult:
+        """Apply one event to every store; `vectors` may carry its passages' embeddings."""
         received_at = self.clock()
         state = self.docs.get(event.tenant, event.doc_id)
         if is_stale(event, state):
             return ApplyResult(Outcome.STALE, event)
         payload = event.payload
         if isinstance(payload, UpsertPayload):
-            result = self._upsert(event, payload, state)
+            result = self._upsert(event, payload, state, vectors)
         elif isinstance(payload, AclPayload):
             result = self._acl(event, payload, state)
         else:
@@ -138,7 +163,9 @@ class IndexSink:
             )
         ]
 
-    def _upsert(self, event: Event, payload: UpsertPayload, state: DocState | None) -> ApplyResult:
+    def _upsert(
+        self, event: Event, payload: UpsertPayload, state: DocState | None, vectors: Vectors | None = None
+    ) -> ApplyResult:
         # An ACL event newer than this upsert may already have been applied (it overtook the
         # document backlog): the content lands, under that newer ACL.
         acl_version = state.acl_version if state is not None and not state.deleted else None
@@ -147,7 +174,8 @@ class IndexSink:
         passages = self.passages_for(event, payload, acl)
         result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
         if self.vector is not None and self.embedder is not None:
-            vectors = self.embedder.embed([embedding_text(p) for p in passages])
+            if vectors is None or len(vectors) != len(passages):
+                vectors = self.embedder.embed([embedding_text(p) for p in passages])
             result.passages_embedded = len(passages)
             self.vector.upsert(passages, vectors)
         self.lexical.upsert(passages)

@@ -57,6 +57,9 @@ class _Db:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
         self.conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(doc_state)")}
+        if "acl_version" not in columns:  # homes written before content and ACL versions were split
+            self.conn.execute("ALTER TABLE doc_state ADD COLUMN acl_version INTEGER")
         self.lock = threading.Lock()
 
 

@@ -81,6 +81,7 @@ def render_turn(turn: ModelTurn) -> str:
             [
                 "<passage>",
                 f"passage_id: {ev.passage_id}",
+                f"document: {ev.title}",
                 f"heading: {ev.heading}",
                 "text:",
                 # A closing tag inside stored text must not end the passage early.

@@ -57,9 +57,14 @@ TOOL_SCHEMAS = {TOOL_SEARCH: SEARCH_TOOL_SCHEMA, TOOL_SUBMIT: SUBMIT_TOOL_SCHEMA
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
+    """A permitted passage as a model sees it. `heading` is the section path (the title only
+    when the document has no headings): a site-wide title suffix such as "— Python 3.11
+    documentation" would otherwise lend every passage the same words."""
+
     passage_id: str
     heading: str
     text: str
+    title: str = ""
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,7 @@ class QueryWorker:
             turn = ModelTurn(
                 question=question,
                 evidence=tuple(
-                    Evidence(p.passage_id, " > ".join(h for h in (p.title, *p.heading_path) if h), p.text)
+                    Evidence(p.passage_id, " > ".join(p.heading_path) or p.title, p.text, p.title)
                     for p in evidence.values()
                 ),
                 tools=offered,

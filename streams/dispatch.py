@@ -8,10 +8,12 @@ offset stays uncommitted until the write is durable.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from indexer.ports import Vectors
 from indexer.sink import ApplyResult, IndexSink, Outcome
 from schemas.events import Event, EventKind
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS, Record
@@ -65,15 +67,24 @@ class Stats:
             self.max_revocation_lag_s = max(self.max_revocation_lag_s, result.lag_s)
 
 
-def handle(sink: IndexSink, record: Record, stats: Stats, revocation_bound_s: float) -> str | None:
-    """Apply one record; return a dead-letter reason instead of raising for invalid input."""
+def handle(
+    sink: IndexSink,
+    record: Record,
+    stats: Stats,
+    revocation_bound_s: float,
+    vectors: Mapping[str, Vectors] | None = None,
+) -> str | None:
+    """Apply one record; return a dead-letter reason instead of raising for invalid input.
+
+    `vectors` may hold embeddings computed for a whole batch (IndexSink.embed_upserts).
+    """
     try:
         event = decode(record)
     except InvalidEvent as exc:
         stats.dead_lettered += 1
         log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, exc)
         return str(exc)
-    result = sink.apply(event)
+    result = sink.apply(event, (vectors or {}).get(event.event_id))
     stats.add(record.topic, result)
     if event.kind in (EventKind.ACL, EventKind.DELETE) and result.lag_s > revocation_bound_s:
         log.warning(

@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from indexer.ports import Vectors
 from indexer.sink import IndexSink
-from streams.dispatch import Stats, handle
-from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, EventLog, dead_letter_value
+from streams.dispatch import InvalidEvent, Stats, decode, handle
+from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, EventLog, Record, dead_letter_value
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,12 @@ class EmbeddedWorker:
             if not records:
                 break
             batches += 1
+            vectors = self._embed_batch(records) if topic == TOPIC_DOCUMENTS else {}
             for record in records:
                 attempt = 0
                 while True:
                     try:
-                        reason = handle(self.sink, record, self.stats, self.revocation_bound_s)
+                        reason = handle(self.sink, record, self.stats, self.revocation_bound_s, vectors)
                         break
                     except Exception:
                         attempt += 1
@@ -73,6 +75,20 @@ class EmbeddedWorker:
                 if progress:
                     progress(1)
         return done
+
+    def _embed_batch(self, records: list[Record]) -> dict[str, Vectors]:
+        """One embedding call for the batch's upserts; on any failure each event embeds its own."""
+        events = []
+        for record in records:
+            try:
+                events.append(decode(record))
+            except InvalidEvent:
+                continue
+        try:
+            return self.sink.embed_upserts(events)
+        except Exception:
+            log.exception("batch embedding failed; embedding event by event")
+            return {}
 
     def drain(self, progress: Callable[[int], None] | None = None) -> Stats:
         while True:

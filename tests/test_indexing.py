@@ -198,9 +198,9 @@ def test_revocations_overtake_a_document_backlog(parts: dict[str, Any]) -> None:
     sink = parts["sink"]
     original = sink.apply
 
-    def spy(event: Event) -> Any:
+    def spy(event: Event, *args: Any) -> Any:
         order.append(event.kind.value)
-        return original(event)
+        return original(event, *args)
 
     sink.apply = spy  # type: ignore[method-assign]
     EmbeddedWorker(log, sink, batch_size=16).drain()
@@ -303,3 +303,32 @@ def test_staleness_rules() -> None:
     assert is_stale(upsert(7, "x"), gone) and not is_stale(upsert(8, "x"), gone)
     assert is_stale(acl(6, ("group:b",)), gone) and is_stale(delete(7), gone)
     assert not is_stale(upsert(1, "x"), None)
+
+
+def test_worker_embeds_a_batch_of_upserts_in_one_call(tmp_path: Path, embedder: Any) -> None:
+    calls: list[int] = []
+
+    class Counting:
+        model_name, dim = embedder.model_name, embedder.dim
+
+        def embed(self, texts: Any) -> Any:
+            calls.append(len(texts))
+            return embedder.embed(texts)
+
+        def embed_query(self, text: str) -> Any:
+            return embedder.embed_query(text)
+
+    sink = IndexSink(
+        SqliteLexicalIndex(tmp_path / "l.db"),
+        EdgeVectorIndex(tmp_path / "v", embedder.dim),
+        Counting(),
+        SqliteDocStates(tmp_path / "s.db"),
+        SqliteDeletionAudit(tmp_path / "s.db"),
+        InProcessCache(),
+    )
+    log = SqliteEventLog(tmp_path / "events.db")
+    for i in range(5):
+        log.publish(upsert(1, f"# Doc {i}\n\nFirst paragraph {i}.\n\n## More\n\nSecond paragraph {i}.", doc=f"d{i}.md"))
+    stats = EmbeddedWorker(log, sink, batch_size=32).drain()
+    assert stats.applied == 5 and stats.passages_embedded == 10
+    assert calls == [10], "one embedding call for the whole batch"
