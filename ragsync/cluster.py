@@ -43,11 +43,14 @@ def build_cluster(settings: Settings, *, with_embedder: bool = True) -> Componen
                 client = QdrantClient(url=settings.qdrant_url)
             else:
                 client = QdrantClient(path=str(settings.qdrant_path or settings.home / "qdrant-local"))
-            vector = keep(QdrantVectorIndex(client, embedder.dim))
-        lexical = keep(ElasticLexicalIndex(settings.es_url, k1=settings.es_bm25_k1, b=settings.es_bm25_b))
-        docs = keep(ElasticDocStates(settings.es_url))
-        audit = keep(ElasticDeletionAudit(settings.es_url))
-        cache = keep(RedisCache(settings.redis_url))
+            vector = keep(QdrantVectorIndex(client, embedder.dim, collection=settings.qdrant_collection))
+        prefix = settings.es_index_prefix
+        lexical = keep(
+            ElasticLexicalIndex(settings.es_url, prefix=prefix, k1=settings.es_bm25_k1, b=settings.es_bm25_b)
+        )
+        docs = keep(ElasticDocStates(settings.es_url, prefix=prefix))
+        audit = keep(ElasticDeletionAudit(settings.es_url, prefix=prefix))
+        cache = keep(RedisCache(settings.redis_url, namespace=settings.redis_namespace))
         events = keep(
             KafkaEventLog(
                 settings.kafka_bootstrap,

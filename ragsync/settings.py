@@ -50,11 +50,14 @@ class Settings(BaseSettings):
     kafka_topic_prefix: str = "ragsync."
     kafka_partitions: int = 3
     es_url: str = "http://127.0.0.1:9200"
+    es_index_prefix: str = "ragsync"
     es_bm25_k1: float = 1.2
     es_bm25_b: float = 0.75
     qdrant_url: str | None = None
     qdrant_path: Path | None = None
+    qdrant_collection: str = "ragsync_passages"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_namespace: str = "ragsync"
     model: Literal["extractive", "anthropic"] = "extractive"
     anthropic_model: str = "claude-sonnet-4-5"
     anthropic_base_url: str | None = None
