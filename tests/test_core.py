@@ -110,7 +110,7 @@ def test_tokens_round_trip_and_refuse_tampering() -> None:
         verify_token("secret", token, now=1061)
     with pytest.raises(InvalidToken, match="signature"):
         verify_token("other", token, now=1030)
-    body, sig = token.split(".")
+    _body, sig = token.split(".")
     forged = issue_token("attacker", Principal(tenant="acme", user="ann", groups=("admin",)), now=1000).split(".")[0]
     with pytest.raises(InvalidToken):
         verify_token("secret", f"{forged}.{sig}", now=1030)
