@@ -13,19 +13,29 @@ floor is disabled (-1) so every query returns a full candidate list: the worst c
 `fused` is Retriever.search (both rankers + RRF, result cache off) with a stub embedder that returns
 the precomputed query vector. HNSW is built with EdgeVectorIndex.optimize() after the bulk load.
 
+--profile cluster measures the same table against the cluster adapters: BM25 on a real Elasticsearch
+(ElasticLexicalIndex, a unique index prefix, bulk-loaded without per-batch refresh, refreshed once,
+dropped at the end) and dense through QdrantVectorIndex. Without --qdrant-url the dense side runs in
+qdrant-client's local mode, which evaluates the payload filter point by point in Python: those dense
+and fused figures are NOT representative of a Qdrant server, so by default they are measured at 10k
+passages only (--dense-max-passages) and with fewer queries (--dense-queries).
+
     python3 bench/retrieval.py                    # 10k and 100k (~5-10 min on 2 cores)
     python3 bench/retrieval.py --sizes 10000 --queries 100
+    python3 bench/retrieval.py --profile cluster  # needs Elasticsearch at --es-url (~6-7 min on 2 cores)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +55,12 @@ TENANT = "bench"
 VOCAB = 20_000
 WORDS_PER_PASSAGE = (40, 120)
 STOPWORD_LIKE = 150
+RANKERS = ("bm25", "dense", "fused (rrf)")
+FILTERS = (("10%", "tenth"), ("100%", "all"))
+LOCAL_MODE_CAVEAT = (
+    "qdrant-client local mode (in-process, filter evaluated point by point in Python):"
+    " NOT representative of a Qdrant server"
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -102,6 +118,33 @@ def synthetic(n: int, rng: np.random.Generator) -> tuple[list[Passage], np.ndarr
     return passages, vectors
 
 
+@dataclass
+class Workload:
+    """Synthetic passages, their vectors, and the queries every profile measures on them."""
+
+    n: int
+    passages: list[Passage]
+    vectors: np.ndarray
+    texts: list[str]
+    qvecs: np.ndarray
+
+
+def workload(n: int, queries: int, rng: np.random.Generator) -> Workload:
+    passages, vectors = synthetic(n, rng)
+    # Query words skip the Zipf head: real queries lose their stopwords in query_terms().
+    head = {f"w{i}" for i in range(STOPWORD_LIKE)}
+    words = [
+        [w for w in p.text.split() if w not in head] or p.text.split()
+        for p in rng.choice(np.array(passages, dtype=object), size=queries)
+    ]
+    texts = [" ".join(rng.choice(w, size=min(4, len(w)), replace=False)) + f" q{i}" for i, w in enumerate(words)]
+    targets = rng.integers(0, n, size=queries)
+    noise = rng.standard_normal((queries, DIM)).astype(np.float32) * 0.03
+    qvecs = vectors[targets] + noise
+    qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
+    return Workload(n, passages, vectors, texts, qvecs)
+
+
 def load(home: Path, passages: list[Passage], vectors: np.ndarray) -> tuple[Any, Any, dict[str, float]]:
     lexical = SqliteLexicalIndex(home / "lexical.db")
     vector = EdgeVectorIndex(home / "vectors", DIM)
@@ -133,103 +176,259 @@ def measure(fn: Callable[[int], Any], n: int, warmup: int = 5) -> tuple[list[flo
     return latencies, hits / n
 
 
-def run_size(n: int, queries: int, rng: np.random.Generator) -> list[dict[str, Any]]:
-    passages, vectors = synthetic(n, rng)
+def measure_rows(
+    w: Workload,
+    lexical: Any,
+    vector: Any,
+    plan: dict[str, tuple[int, int]],
+    extra: dict[str, Any],
+    notes: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """p50/p95 per filter and ranker; `plan` maps ranker -> (queries, warm-up queries), absent = skipped."""
+    settings = RetrievalSettings(k=8, candidates=50, bm25_floor=0.0, dense_floor=-1.0)
+    retriever = Retriever(lexical, vector, StubEmbedder(dict(zip(w.texts, w.qvecs, strict=True))), None, settings)
+    as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
     rows: list[dict[str, Any]] = []
+    for label, group in FILTERS:
+        principal = Principal(tenant=TENANT, user="bench", groups=(group,))
+        access = AccessFilter.for_principal(principal, as_of)
+        cases: dict[str, Callable[[int], Any]] = {
+            "bm25": lambda i, a=access: lexical.search(w.texts[i], a, settings.candidates, settings.bm25_floor),
+            "dense": lambda i, a=access: vector.search(w.qvecs[i], a, settings.candidates, settings.dense_floor),
+            "fused (rrf)": lambda i, p=principal: retriever.search(p, w.texts[i], as_of),
+        }
+        for ranker, fn in cases.items():
+            if ranker not in plan:
+                continue
+            queries, warmup = plan[ranker]
+            latencies, returned = measure(lambda i, f=fn, q=queries: f(i % q), queries, warmup)
+            row = {
+                "passages": w.n,
+                "filter_admits": label,
+                "ranker": ranker,
+                "queries": queries,
+                "p50_ms": round(_pct(latencies, 50), 2),
+                "p95_ms": round(_pct(latencies, 95), 2),
+                "mean_returned": round(returned, 1),
+                **{k: round(v, 1) if isinstance(v, float) else v for k, v in extra.items()},
+            }
+            if notes and ranker in notes:
+                row["note"] = notes[ranker]
+            rows.append(row)
+            print(f"  {w.n} {label:>4} {ranker:12s} p50 {row['p50_ms']:8.2f} ms ({queries} queries)", file=sys.stderr)
+    return rows
+
+
+def run_size(n: int, queries: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    w = workload(n, queries, rng)
     with tempfile.TemporaryDirectory(prefix=f"ragsync-bench-{n}-") as tmp:
-        lexical, vector, timings = load(Path(tmp), passages, vectors)
+        lexical, vector, timings = load(Path(tmp), w.passages, w.vectors)
         print(
             f"{n} passages loaded: lexical {timings['load_lexical_s']:.1f}s, vectors {timings['load_vector_s']:.1f}s,"
             f" optimize {timings['optimize_s']:.1f}s",
             file=sys.stderr,
         )
-        # Query words skip the Zipf head: real queries lose their stopwords in query_terms().
-        head = {f"w{i}" for i in range(STOPWORD_LIKE)}
-        words = [
-            [w for w in p.text.split() if w not in head] or p.text.split()
-            for p in rng.choice(np.array(passages, dtype=object), size=queries)
-        ]
-        texts = [" ".join(rng.choice(w, size=min(4, len(w)), replace=False)) + f" q{i}" for i, w in enumerate(words)]
-        targets = rng.integers(0, n, size=queries)
-        noise = rng.standard_normal((queries, DIM)).astype(np.float32) * 0.03
-        qvecs = vectors[targets] + noise
-        qvecs /= np.linalg.norm(qvecs, axis=1, keepdims=True)
-        query_vectors = dict(zip(texts, qvecs, strict=True))
-        settings = RetrievalSettings(k=8, candidates=50, bm25_floor=0.0, dense_floor=-1.0)
-        retriever = Retriever(lexical, vector, StubEmbedder(query_vectors), None, settings)
-        as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
-        for label, group in (("10%", "tenth"), ("100%", "all")):
-            principal = Principal(tenant=TENANT, user="bench", groups=(group,))
-            access = AccessFilter.for_principal(principal, as_of)
-            cases: dict[str, Callable[[int], Any]] = {
-                "bm25": lambda i, a=access: lexical.search(texts[i], a, settings.candidates, settings.bm25_floor),
-                "dense": lambda i, a=access: vector.search(qvecs[i], a, settings.candidates, settings.dense_floor),
-                "fused (rrf)": lambda i, p=principal: retriever.search(p, texts[i], as_of),
-            }
-            for ranker, fn in cases.items():
-                latencies, returned = measure(lambda i, f=fn: f(i % queries), queries)
-                rows.append(
-                    {
-                        "passages": n,
-                        "filter_admits": label,
-                        "ranker": ranker,
-                        "queries": queries,
-                        "p50_ms": round(_pct(latencies, 50), 2),
-                        "p95_ms": round(_pct(latencies, 95), 2),
-                        "mean_returned": round(returned, 1),
-                        **{k: round(v, 1) for k, v in timings.items()},
-                    }
-                )
-                print(f"  {n} {label:>4} {ranker:12s} p50 {rows[-1]['p50_ms']:8.2f} ms", file=sys.stderr)
+        rows = measure_rows(w, lexical, vector, {r: (queries, 5) for r in RANKERS}, timings)
         lexical.close()
         vector.close()
     return rows
 
 
+# ---- cluster profile -------------------------------------------------------------------------------
+
+ES_BATCH = 10_000
+"""Passages per ElasticLexicalIndex.upsert call (the adapter splits it into _bulk requests of 500)."""
+
+
+def load_elastic(lexical: Any, passages: list[Passage]) -> dict[str, Any]:
+    """Bulk load with refresh=false, then one refresh and a wait for background merges to finish."""
+    timings: dict[str, Any] = {}
+    started = time.perf_counter()
+    for start in range(0, len(passages), ES_BATCH):
+        lexical.upsert(passages[start : start + ES_BATCH])
+    timings["load_lexical_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    es, alias = lexical.client, lexical.alias(TENANT)
+    es.indices.refresh(index=alias)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        stats = es.indices.stats(index=alias, metric="merge,segments")["_all"]["primaries"]
+        if stats["merges"]["current"] == 0:
+            break
+        time.sleep(0.5)
+    timings["refresh_merge_s"] = time.perf_counter() - started
+    timings["es_segments"] = int(stats["segments"]["count"])
+    count = lexical.count(TENANT)
+    if count != len(passages):
+        raise RuntimeError(f"Elasticsearch holds {count} passages after the load, expected {len(passages)}")
+    return timings
+
+
+def load_qdrant(vector: Any, passages: list[Passage], vectors: np.ndarray) -> dict[str, Any]:
+    timings: dict[str, Any] = {}
+    started = time.perf_counter()
+    for start in range(0, len(passages), 5000):
+        vector.upsert(passages[start : start + 5000], vectors[start : start + 5000])
+    timings["load_vector_s"] = time.perf_counter() - started
+    if not vector.local:
+        # a server builds HNSW in the background: wait until the collection is green (optimized)
+        started = time.perf_counter()
+        deadline = time.monotonic() + 600
+        client = vector._client
+        while client.get_collection(vector.collection).status != "green" and time.monotonic() < deadline:
+            time.sleep(1)
+        timings["optimize_s"] = time.perf_counter() - started
+    return timings
+
+
+def run_cluster_size(n: int, args: argparse.Namespace, rng: np.random.Generator, prefix: str) -> list[dict[str, Any]]:
+    from qdrant_client import QdrantClient
+
+    from indexer.elastic import ElasticLexicalIndex
+    from indexer.qdrant_server import QdrantVectorIndex
+
+    w = workload(n, args.queries, rng)
+    # refresh="false": no refresh per _bulk request during the load; load_elastic refreshes once
+    lexical = ElasticLexicalIndex(args.es_url, prefix=f"{prefix}-{n}", refresh="false")
+    vector = None
+    try:
+        timings = load_elastic(lexical, w.passages)
+        print(
+            f"{n} passages in Elasticsearch: load {timings['load_lexical_s']:.1f}s,"
+            f" refresh+merges {timings['refresh_merge_s']:.1f}s, {timings['es_segments']} segments",
+            file=sys.stderr,
+        )
+        plan = {"bm25": (args.queries, 20)}  # 20 warm-up queries: the JVM's JIT and query cache
+        notes: dict[str, str] = {}
+        local = args.qdrant_url is None
+        if not local or n <= args.dense_max_passages:
+            client = QdrantClient(url=args.qdrant_url) if not local else QdrantClient(location=":memory:")
+            vector = QdrantVectorIndex(client, DIM, collection=f"{prefix}-{n}".replace("-", "_"))
+            timings |= load_qdrant(vector, w.passages, w.vectors)
+            print(f"{n} passages in Qdrant: load {timings['load_vector_s']:.1f}s", file=sys.stderr)
+            dense_plan = (args.dense_queries, 2) if local else (args.queries, 20)
+            plan |= {"dense": dense_plan, "fused (rrf)": dense_plan}
+            if local:
+                notes = {"dense": LOCAL_MODE_CAVEAT, "fused (rrf)": LOCAL_MODE_CAVEAT}
+        return measure_rows(w, lexical, vector, plan, timings, notes)
+    finally:
+        lexical.drop_all()
+        lexical.close()
+        if vector is not None:
+            if not vector.local:
+                vector.drop_all()
+            vector.close()
+
+
+def elastic_version(url: str) -> str:
+    from elasticsearch import Elasticsearch
+
+    es = Elasticsearch(url, request_timeout=5)
+    try:  # the integ-test distribution has no `GET /` (no rest-root module): ask the nodes API
+        nodes = es.nodes.info(filter_path="nodes.*.version")["nodes"]
+        return ",".join(sorted({str(node["version"]) for node in nodes.values()}))
+    except Exception as exc:
+        sys.exit(
+            f"Elasticsearch is not reachable at {url} ({exc.__class__.__name__}); start it with"
+            " `compose/local/services up elasticsearch` or pass --es-url"
+        )
+    finally:
+        es.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=("embedded", "cluster"), default="embedded")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=RESULTS / "retrieval.json")
+    parser.add_argument("--out", type=Path, help="default results/retrieval.json, or retrieval-cluster.json")
+    cluster = parser.add_argument_group("cluster profile")
+    cluster.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
+    cluster.add_argument("--qdrant-url", default=None, help="a Qdrant server; without it, qdrant-client local mode")
+    cluster.add_argument(
+        "--dense-max-passages",
+        type=int,
+        default=10_000,
+        help="local mode only: largest size with dense and fused rows (filters are scanned point by point)",
+    )
+    cluster.add_argument("--dense-queries", type=int, default=60, help="local mode only: queries per dense/fused row")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
-    rows = [row for n in args.sizes for row in run_size(n, args.queries, rng)]
+    notes = [
+        "synthetic passages: Zipf-vocabulary text and random unit vectors (dim 384); no model is run",
+        f"queries: 4 words of a stored passage, skipping the {STOPWORD_LIKE} most frequent words (stopword-like)",
+        "query vectors are noisy copies of stored vectors; dense floor -1 (full candidate lists)",
+        "fused = Retriever.search: both rankers (50 candidates each) + RRF, result cache off",
+        "filter_admits = share of passages the principal's ACL filter admits",
+    ]
+    if args.profile == "embedded":
+        out = args.out or RESULTS / "retrieval.json"
+        title = "embedded profile"
+        benchmark = "retrieval latency, embedded profile (sqlite-fts5 + qdrant-edge)"
+        backends: dict[str, Any] = {}
+        rows = [row for n in args.sizes for row in run_size(n, args.queries, rng)]
+    else:
+        out = args.out or RESULTS / "retrieval-cluster.json"
+        title = "cluster profile"
+        version = elastic_version(args.es_url)
+        local = args.qdrant_url is None
+        benchmark = "retrieval latency, cluster profile (elasticsearch + " + (
+            "qdrant-client local mode)" if local else "qdrant server)"
+        )
+        backends = {
+            "lexical": f"Elasticsearch {version} at {args.es_url}; the adapter's index: 1 shard, 0 replicas",
+            "vector": LOCAL_MODE_CAVEAT if local else f"Qdrant server at {args.qdrant_url}",
+        }
+        notes += [
+            "bm25 = ElasticLexicalIndex.search over HTTP: includes the Python client and parsing 50 _source documents",
+            f"Elasticsearch load: upsert batches of {ES_BATCH} (the adapter sends _bulk requests of 500) with"
+            " refresh=false, then one refresh and a wait until no merge is running",
+            "bm25 rows: 20 warm-up queries before the measured ones (JIT, filter cache)",
+        ]
+        if local:
+            notes += [
+                "DENSE AND FUSED FIGURES ARE NOT REPRESENTATIVE OF A QDRANT SERVER: qdrant-client local mode"
+                " evaluates the payload filter for every point in Python, then scores all admitted points exactly;"
+                " fused inherits that cost",
+                f"dense and fused measured only up to {args.dense_max_passages} passages, with"
+                f" {args.dense_queries} queries per row (2 warm-up)",
+            ]
+        prefix = f"bench-retrieval-{os.getpid()}-{int(time.time())}"
+        rows = [row for n in args.sizes for row in run_cluster_size(n, args, rng, prefix)]
     report = {
-        "benchmark": "retrieval latency, embedded profile (sqlite-fts5 + qdrant-edge)",
-        "notes": [
-            "synthetic passages: Zipf-vocabulary text and random unit vectors (dim 384); no model is run",
-            f"queries: 4 words of a stored passage, skipping the {STOPWORD_LIKE} most frequent words (stopword-like)",
-            "query vectors are noisy copies of stored vectors; dense floor -1 (full candidate lists)",
-            "fused = Retriever.search: both rankers (50 candidates each) + RRF, result cache off",
-            "filter_admits = share of passages the principal's ACL filter admits",
-        ],
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "benchmark": benchmark,
+        **({"backends": backends} if backends else {}),
+        "notes": notes,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "seed": args.seed,
         "elapsed_s": round(time.perf_counter() - started, 1),
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
 
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Retrieval latency (ms), embedded profile, synthetic passages")
-    for col in ("passages", "filter admits", "ranker", "p50", "p95", "returned"):
+    table = Table(title=f"Retrieval latency (ms), {title}, synthetic passages")
+    for col in ("passages", "filter admits", "ranker", "queries", "p50", "p95", "returned"):
         table.add_column(col, justify="right" if col not in ("ranker", "filter admits") else "left")
     for row in rows:
         table.add_row(
             f"{row['passages']:,}",
             row["filter_admits"],
-            row["ranker"],
+            row["ranker"] + (" *" if "note" in row else ""),
+            str(row["queries"]),
             f"{row['p50_ms']:.2f}",
             f"{row['p95_ms']:.2f}",
             f"{row['mean_returned']:.0f}",
         )
     Console(width=120).print(table)
-    print(f"written {args.out}")
+    if any("note" in row for row in rows):
+        print(f"* {LOCAL_MODE_CAVEAT}")
+    print(f"written {out}")
 
 
 if __name__ == "__main__":
