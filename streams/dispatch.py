@@ -31,6 +31,13 @@ class InvalidEvent(ValueError):
     pass
 
 
+def try_decode(record: Record) -> Event | InvalidEvent:
+    try:
+        return decode(record)
+    except InvalidEvent as exc:
+        return exc
+
+
 def decode(record: Record) -> Event:
     try:
         event = Event.model_validate_json(record.value)
@@ -73,17 +80,18 @@ def handle(
     stats: Stats,
     revocation_bound_s: float,
     vectors: Mapping[str, Vectors] | None = None,
+    decoded: Event | InvalidEvent | None = None,
 ) -> str | None:
     """Apply one record; return a dead-letter reason instead of raising for invalid input.
 
-    `vectors` may hold embeddings computed for a whole batch (IndexSink.embed_upserts).
+    `vectors` may hold embeddings computed for a whole batch (IndexSink.embed_upserts), and
+    `decoded` the record's `try_decode` result when the caller already validated the batch.
     """
-    try:
-        event = decode(record)
-    except InvalidEvent as exc:
+    event = try_decode(record) if decoded is None else decoded
+    if isinstance(event, InvalidEvent):
         stats.dead_lettered += 1
-        log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, exc)
-        return str(exc)
+        log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, event)
+        return str(event)
     result = sink.apply(event, (vectors or {}).get(event.event_id))
     stats.add(record.topic, result)
     if event.kind in (EventKind.ACL, EventKind.DELETE) and result.lag_s > revocation_bound_s:

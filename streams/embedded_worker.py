@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from indexer.ports import Vectors
 from indexer.sink import IndexSink
-from streams.dispatch import InvalidEvent, Stats, decode, handle
-from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, EventLog, Record, dead_letter_value
+from schemas.events import Event
+from streams.dispatch import InvalidEvent, Stats, handle, try_decode
+from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, EventLog, dead_letter_value
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,13 @@ class EmbeddedWorker:
             if not records:
                 break
             batches += 1
-            vectors = self._embed_batch(records) if topic == TOPIC_DOCUMENTS else {}
-            for record in records:
+            decoded = [try_decode(record) for record in records]
+            vectors = self._embed_batch(decoded) if topic == TOPIC_DOCUMENTS else {}
+            for record, event in zip(records, decoded, strict=True):
                 attempt = 0
                 while True:
                     try:
-                        reason = handle(self.sink, record, self.stats, self.revocation_bound_s, vectors)
+                        reason = handle(self.sink, record, self.stats, self.revocation_bound_s, vectors, event)
                         break
                     except Exception:
                         attempt += 1
@@ -76,16 +78,10 @@ class EmbeddedWorker:
                     progress(1)
         return done
 
-    def _embed_batch(self, records: list[Record]) -> dict[str, Vectors]:
+    def _embed_batch(self, decoded: list[Event | InvalidEvent]) -> dict[str, Vectors]:
         """One embedding call for the batch's upserts; on any failure each event embeds its own."""
-        events = []
-        for record in records:
-            try:
-                events.append(decode(record))
-            except InvalidEvent:
-                continue
         try:
-            return self.sink.embed_upserts(events)
+            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)])
         except Exception:
             log.exception("batch embedding failed; embedding event by event")
             return {}
