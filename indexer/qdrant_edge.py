@@ -39,6 +39,16 @@ def _doc_filter(tenant: str, doc_id: str, *extra: Any) -> q.Filter:
     )
 
 
+def _open_after(instant: str) -> q.Filter:
+    """Still valid after the instant: no superseded_on yet, or a later one."""
+    return q.Filter(
+        should=[
+            q.IsEmptyCondition("superseded_on"),
+            q.FieldCondition("superseded_on", range=q.RangeDateTime(gt=instant)),
+        ]
+    )
+
+
 def access_filter(access: AccessFilter) -> q.Filter:
     as_of = iso(access.as_of)
     return q.Filter(
@@ -46,12 +56,7 @@ def access_filter(access: AccessFilter) -> q.Filter:
             q.FieldCondition("tenant", match=q.MatchValue(access.tenant)),
             q.FieldCondition("acl", match=q.MatchAny(list(access.entries))),
             q.FieldCondition("effective_from", range=q.RangeDateTime(lte=as_of)),
-            q.Filter(
-                should=[
-                    q.IsEmptyCondition("superseded_on"),
-                    q.FieldCondition("superseded_on", range=q.RangeDateTime(gt=as_of)),
-                ]
-            ),
+            _open_after(as_of),
         ]
     )
 
@@ -96,12 +101,7 @@ class EdgeVectorIndex:
             tenant,
             doc_id,
             q.FieldCondition("version", range=q.RangeFloat(lt=float(before_version))),
-            q.Filter(
-                should=[
-                    q.IsEmptyCondition("superseded_on"),
-                    q.FieldCondition("superseded_on", range=q.RangeDateTime(gt=at)),
-                ]
-            ),
+            _open_after(at),
         )
         with self._lock:
             self._shard.update(q.UpdateOperation.set_payload_by_filter(flt, {"superseded_on": at}))
