@@ -20,9 +20,9 @@ import pytest
 
 from schemas.passages import Passage, make_passage_id
 
-MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
+MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
 if not (MODEL_PATH / "model.onnx").is_file():
-    MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
+    MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
 
 SERVICES = {"kafka": ("127.0.0.1", 9092), "elasticsearch": ("127.0.0.1", 9200), "redis": ("127.0.0.1", 6379)}
 
