@@ -1,80 +1,66 @@
 """Cluster profile wiring: Kafka, Elasticsearch, Qdrant, Redis behind the same ports as embedded.
 
-Each adapter is built from Settings only; the pattern follows `ragsync.wiring.build_embedded`.
-Qdrant: a server when `qdrant_url` is set, otherwise qdrant-client's local mode under a path
-(no server binary can be had on the development machines; local mode speaks the same API).
-Modules are imported inside the function so the embedded profile never needs the cluster
-libraries installed, and a half-built set of adapters is closed if a later one fails to start.
+Each adapter is built from Settings only and opened lazily by `ragsync.wiring.Components`, so a
+command touches only the services it needs (a publishing sync opens Kafka alone). Modules are
+imported inside each method so the embedded profile never needs the cluster libraries installed.
+Qdrant: a server when `qdrant_url` is set, otherwise qdrant-client's local mode under a path.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-from indexer.embedder import CachedEmbedder
+from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, VectorIndex
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedder
+from streams.ports import EventLog
 
-log = logging.getLogger(__name__)
+
+class ClusterAdapters:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+
+    def events(self) -> EventLog:
+        from streams.kafka_log import KafkaEventLog
+
+        s = self.settings
+        return KafkaEventLog(s.kafka_bootstrap, topic_prefix=s.kafka_topic_prefix, partitions=s.kafka_partitions)
+
+    def lexical(self) -> LexicalIndex:
+        from indexer.elastic import ElasticLexicalIndex
+
+        s = self.settings
+        return ElasticLexicalIndex(s.es_url, prefix=s.es_index_prefix, k1=s.es_bm25_k1, b=s.es_bm25_b)
+
+    def embedder(self) -> Embedder | None:
+        return build_embedder(self.settings)
+
+    def vector(self, dim: int) -> VectorIndex:
+        from qdrant_client import QdrantClient
+
+        from indexer.qdrant_server import QdrantVectorIndex
+
+        s = self.settings
+        if s.qdrant_url:
+            client = QdrantClient(url=s.qdrant_url)
+        else:
+            client = QdrantClient(path=str(s.qdrant_path or s.home / "qdrant-local"))
+        return QdrantVectorIndex(client, dim, collection=s.qdrant_collection)
+
+    def cache(self) -> Cache:
+        from indexer.redis_cache import RedisCache
+
+        return RedisCache(self.settings.redis_url, namespace=self.settings.redis_namespace)
+
+    def docs(self) -> DocStateStore:
+        from indexer.elastic_state import ElasticDocStates
+
+        return ElasticDocStates(self.settings.es_url, prefix=self.settings.es_index_prefix)
+
+    def audit(self) -> DeletionAudit:
+        from indexer.elastic_state import ElasticDeletionAudit
+
+        return ElasticDeletionAudit(self.settings.es_url, prefix=self.settings.es_index_prefix)
 
 
 def build_cluster(settings: Settings, *, with_embedder: bool = True) -> Components:
-    from qdrant_client import QdrantClient
-
-    from indexer.elastic import ElasticLexicalIndex
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
-    from indexer.qdrant_server import QdrantVectorIndex
-    from indexer.redis_cache import RedisCache
-    from streams.kafka_log import KafkaEventLog
-
-    built: list[Any] = []
-
-    def keep(component: Any) -> Any:
-        built.append(component)
-        return component
-
-    try:
-        settings.home.mkdir(parents=True, exist_ok=True)
-        embedder = keep(build_embedder(settings)) if with_embedder else None
-        vector = None
-        if embedder is not None:
-            if settings.qdrant_url:
-                client = QdrantClient(url=settings.qdrant_url)
-            else:
-                client = QdrantClient(path=str(settings.qdrant_path or settings.home / "qdrant-local"))
-            vector = keep(QdrantVectorIndex(client, embedder.dim, collection=settings.qdrant_collection))
-        prefix = settings.es_index_prefix
-        lexical = keep(
-            ElasticLexicalIndex(settings.es_url, prefix=prefix, k1=settings.es_bm25_k1, b=settings.es_bm25_b)
-        )
-        docs = keep(ElasticDocStates(settings.es_url, prefix=prefix))
-        audit = keep(ElasticDeletionAudit(settings.es_url, prefix=prefix))
-        cache = keep(RedisCache(settings.redis_url, namespace=settings.redis_namespace))
-        events = keep(
-            KafkaEventLog(
-                settings.kafka_bootstrap,
-                topic_prefix=settings.kafka_topic_prefix,
-                partitions=settings.kafka_partitions,
-            )
-        )
-    except BaseException:
-        for component in reversed(built):
-            close = getattr(component, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # best effort: the startup error is the one to report
-                    log.debug("close after failed startup failed", exc_info=True)
-        raise
-    return Components(
-        settings=settings,
-        events=events,
-        lexical=lexical,
-        vector=vector,
-        embedder=embedder,
-        cache=cache,
-        docs=docs,
-        audit=audit,
-        closers=[embedder] if isinstance(embedder, CachedEmbedder) else [],
-    )
+    return Components(settings, ClusterAdapters(settings), with_embedder=with_embedder)

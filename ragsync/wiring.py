@@ -1,16 +1,20 @@
-"""Profile wiring: which adapter serves each port. The only module that knows both profiles.
+"""Profile wiring: which adapter serves each port. With ragsync/cluster.py, the only code that knows both profiles.
 
 embedded: SQLite log, SQLite FTS5, qdrant-edge, in-process cache (generations in SQLite),
           extractive model; everything under RAGSYNC_HOME, no servers.
-cluster:  Kafka, Elasticsearch, Qdrant (server, or qdrant-client local mode with a path),
-          Redis, Anthropic; see ragsync/cluster.py.
+cluster:  Kafka, Elasticsearch, Qdrant, Redis, Anthropic; see ragsync/cluster.py.
+
+Adapters are opened on first use, never up front. A command therefore opens exactly the stores it
+touches: a sync that only publishes opens the event log and nothing else, an `ask` opens the read
+side, a worker the write side. That is what lets any number of syncs, askers and workers run at
+once against servers, and what keeps a publisher from taking the embedded vector shard's lock.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Protocol
 
 from indexer.cache import InProcessCache
 from indexer.embedder import CachedEmbedder, load_embedder
@@ -25,17 +29,72 @@ from streams.ports import EventLog
 log = logging.getLogger(__name__)
 
 
-@dataclass
+class AdapterFactory(Protocol):
+    """How one profile opens each port's adapter; called at most once per port by Components."""
+
+    def events(self) -> EventLog: ...
+
+    def lexical(self) -> LexicalIndex: ...
+
+    def embedder(self) -> Embedder | None: ...
+
+    def vector(self, dim: int) -> VectorIndex: ...
+
+    def cache(self) -> Cache: ...
+
+    def docs(self) -> DocStateStore: ...
+
+    def audit(self) -> DeletionAudit: ...
+
+
 class Components:
-    settings: Settings
-    events: EventLog
-    lexical: LexicalIndex
-    vector: VectorIndex | None
-    embedder: Embedder | None
-    cache: Cache
-    docs: DocStateStore
-    audit: DeletionAudit
-    closers: list[Any] = field(default_factory=list)
+    """The ports of one profile, each adapter opened the first time it is used and closed by close()."""
+
+    def __init__(self, settings: Settings, factory: AdapterFactory, *, with_embedder: bool = True) -> None:
+        self.settings = settings
+        self.factory = factory
+        self.with_embedder = with_embedder
+        self.closers: list[Any] = []
+        self._opened: list[Any] = []
+
+    def _open(self, adapter: Any) -> Any:
+        if adapter is not None:
+            self._opened.append(adapter)
+        return adapter
+
+    @cached_property
+    def events(self) -> EventLog:
+        return self._open(self.factory.events())  # type: ignore[no-any-return]
+
+    @cached_property
+    def lexical(self) -> LexicalIndex:
+        return self._open(self.factory.lexical())  # type: ignore[no-any-return]
+
+    @cached_property
+    def embedder(self) -> Embedder | None:
+        return self._open(self.factory.embedder()) if self.with_embedder else None  # type: ignore[no-any-return]
+
+    @cached_property
+    def vector(self) -> VectorIndex | None:
+        embedder = self.embedder
+        return self._open(self.factory.vector(embedder.dim)) if embedder is not None else None  # type: ignore[no-any-return]
+
+    @cached_property
+    def cache(self) -> Cache:
+        return self._open(self.factory.cache())  # type: ignore[no-any-return]
+
+    @cached_property
+    def docs(self) -> DocStateStore:
+        return self._open(self.factory.docs())  # type: ignore[no-any-return]
+
+    @cached_property
+    def audit(self) -> DeletionAudit:
+        return self._open(self.factory.audit())  # type: ignore[no-any-return]
+
+    def opened(self) -> list[str]:
+        """Names of the ports opened so far (tests check that a command opened only what it needs)."""
+        ports = ("events", "lexical", "embedder", "vector", "cache", "docs", "audit")
+        return [name for name in ports if name in self.__dict__ and self.__dict__[name] is not None]
 
     def sink(self) -> IndexSink:
         return IndexSink(
@@ -86,14 +145,13 @@ class Components:
         )
 
     def close(self) -> None:
-        for closer in reversed(
-            [self.events, self.lexical, self.vector, self.cache, self.docs, self.audit, *self.closers]
-        ):
-            if closer is not None:
-                try:
-                    closer.close()
-                except Exception:  # closing is best effort; a failed close must not mask the real error
-                    log.debug("close failed", exc_info=True)
+        for closer in reversed([*self._opened, *self.closers]):
+            try:
+                closer.close()
+            except Exception:  # closing is best effort; a failed close must not mask the real error
+                log.debug("close failed", exc_info=True)
+        self._opened.clear()
+        self.closers.clear()
 
 
 def build_embedder(settings: Settings) -> Embedder | None:
@@ -103,28 +161,50 @@ def build_embedder(settings: Settings) -> Embedder | None:
     return CachedEmbedder(inner, settings.home / "embeddings.db")
 
 
-def build_embedded(settings: Settings, *, with_embedder: bool = True) -> Components:
-    from indexer.qdrant_edge import EdgeVectorIndex
-    from indexer.sqlite_fts import SqliteLexicalIndex
-    from indexer.state import SqliteDeletionAudit, SqliteDocStates, SqliteGenerations
-    from streams.sqlite_log import SqliteEventLog
+class EmbeddedAdapters:
+    """Everything under RAGSYNC_HOME: SQLite files and the qdrant-edge shard."""
 
-    home = settings.home
-    home.mkdir(parents=True, exist_ok=True)
-    embedder = build_embedder(settings) if with_embedder else None
-    vector = EdgeVectorIndex(home / "vectors", embedder.dim) if embedder is not None else None
-    generations = SqliteGenerations(home / "state.db")
-    return Components(
-        settings=settings,
-        events=SqliteEventLog(home / "events.db"),
-        lexical=SqliteLexicalIndex(home / "lexical.db"),
-        vector=vector,
-        embedder=embedder,
-        cache=InProcessCache(generations=generations),
-        docs=SqliteDocStates(home / "state.db"),
-        audit=SqliteDeletionAudit(home / "state.db"),
-        closers=[embedder] if isinstance(embedder, CachedEmbedder) else [],
-    )
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.home
+        self.home.mkdir(parents=True, exist_ok=True)
+
+    def events(self) -> EventLog:
+        from streams.sqlite_log import SqliteEventLog
+
+        return SqliteEventLog(self.home / "events.db")
+
+    def lexical(self) -> LexicalIndex:
+        from indexer.sqlite_fts import SqliteLexicalIndex
+
+        return SqliteLexicalIndex(self.home / "lexical.db")
+
+    def embedder(self) -> Embedder | None:
+        return build_embedder(self.settings)
+
+    def vector(self, dim: int) -> VectorIndex:
+        from indexer.qdrant_edge import EdgeVectorIndex
+
+        return EdgeVectorIndex(self.home / "vectors", dim)
+
+    def cache(self) -> Cache:
+        from indexer.state import SqliteGenerations
+
+        return InProcessCache(generations=SqliteGenerations(self.home / "state.db"))
+
+    def docs(self) -> DocStateStore:
+        from indexer.state import SqliteDocStates
+
+        return SqliteDocStates(self.home / "state.db")
+
+    def audit(self) -> DeletionAudit:
+        from indexer.state import SqliteDeletionAudit
+
+        return SqliteDeletionAudit(self.home / "state.db")
+
+
+def build_embedded(settings: Settings, *, with_embedder: bool = True) -> Components:
+    return Components(settings, EmbeddedAdapters(settings), with_embedder=with_embedder)
 
 
 def build(settings: Settings, *, with_embedder: bool = True) -> Components:
