@@ -17,7 +17,11 @@ from conftest import NOW, make_passage
 from indexer.ports import DocState
 from indexer.sqlite_fts import SqliteLexicalIndex
 from indexer.state import SqliteDocStates
-from query.eval import (
+from query.extractive import ExtractiveModel
+from query.ports import TOOL_SUBMIT, ModelTurn, ToolCall
+from query.retrieval import RetrievalSettings
+from query.worker import WorkerSettings
+from ragsync.evaluation import (
     EvalContext,
     EvalQuestion,
     Evaluator,
@@ -40,10 +44,6 @@ from query.eval import (
     span_ranks,
     summarize,
 )
-from query.extractive import ExtractiveModel
-from query.ports import TOOL_SUBMIT, ModelTurn, ToolCall
-from query.retrieval import RetrievalSettings
-from query.worker import WorkerSettings
 from schemas.passages import Passage
 
 # ---------------------------------------------------------------------------- gold matching

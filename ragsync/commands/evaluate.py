@@ -37,7 +37,7 @@ def eval_(
 
     Exit status 1 when a gate fails (any permission leak always fails), 2 for a bad question file.
     """
-    from query.eval import EvalContext, Gates, QuestionFileError, load_questions, render, run_eval
+    from ragsync.evaluation import EvalContext, Gates, QuestionFileError, load_questions, render, run_eval
 
     try:
         items = load_questions(questions)
