@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs ragsync with its cluster and dev extras, starts the real local services the tests
-# use (Kafka, Elasticsearch, Redis; Qdrant runs in-process), runs lint, types and the suite.
+# use (Kafka, Elasticsearch, Redis and the Qdrant server), runs lint, types and the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -24,7 +24,13 @@ MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
 if not (MODEL_PATH / "model.onnx").is_file():
     MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
 
-SERVICES = {"kafka": ("127.0.0.1", 9092), "elasticsearch": ("127.0.0.1", 9200), "redis": ("127.0.0.1", 6379)}
+SERVICES = {
+    "kafka": ("127.0.0.1", 9092),
+    "elasticsearch": ("127.0.0.1", 9200),
+    "redis": ("127.0.0.1", 6379),
+    "qdrant": ("127.0.0.1", 6333),
+}
+QDRANT_URL = "http://127.0.0.1:6333"
 
 
 def service_up(name: str) -> bool:
@@ -132,8 +138,18 @@ def _qdrant_local_vector(tmp: Path) -> Any:
     return QdrantVectorIndex(QdrantClient(path=str(tmp / "qdrant-local")), DIM, collection=unique("passages_"))
 
 
+def _qdrant_server_vector(tmp: Path) -> Any:
+    require_service("qdrant")
+    from qdrant_client import QdrantClient
+
+    from indexer.qdrant_server import QdrantVectorIndex
+
+    return QdrantVectorIndex(QdrantClient(url=QDRANT_URL), DIM, collection=unique("test_passages_"))
+
+
 VECTOR_FACTORIES: dict[str, Callable[[Path], Any]] = {
     "qdrant-edge": _edge_vector,
+    "qdrant-server": _qdrant_server_vector,
     "qdrant-client-local": _qdrant_local_vector,
 }
 
@@ -142,6 +158,9 @@ VECTOR_FACTORIES: dict[str, Callable[[Path], Any]] = {
 def vector_index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     index = VECTOR_FACTORIES[request.param](tmp_path)
     yield index
+    drop = getattr(index, "drop_all", None)
+    if drop and not getattr(index, "local", True):
+        drop()
     index.close()
 
 

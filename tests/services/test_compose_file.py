@@ -181,3 +181,57 @@ def test_launcher_help_runs_with_stdlib_only() -> None:
         [sys.executable, str(LAUNCHER), "up", "nosuchservice"], capture_output=True, text=True, timeout=30
     )
     assert bad.returncode == 2
+
+
+def test_qdrant_image_is_the_tested_server_version(services: dict[str, dict[str, Any]]) -> None:
+    launcher = load_launcher()
+    assert services["qdrant"]["image"] == f"qdrant/qdrant:v{launcher.QDRANT_VERSION}"
+    assert launcher.QDRANT_VERSION == "1.18.3"
+
+
+def load_launcher() -> Any:
+    """compose/local/services as a module (it has no .py suffix), to test its functions directly."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("ragsync_local_services", str(LAUNCHER))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_launcher_finds_the_qdrant_binary_beside_or_above_the_checkout(tmp_path: Path) -> None:
+    launcher = load_launcher()
+    checkout = tmp_path / "ci" / "clones" / "ragsync"
+    checkout.mkdir(parents=True)
+    binary = tmp_path / "ci" / "shared" / "tools" / "qdrant" / "qdrant"  # an ancestor's shared/, as on CI
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    env = {"PATH": str(tmp_path / "empty")}
+    assert launcher.find_qdrant(checkout, env) == binary
+    beside = checkout.parent / "shared" / "tools" / "qdrant" / "qdrant"
+    beside.parent.mkdir(parents=True)
+    beside.write_text("#!/bin/sh\n")
+    beside.chmod(0o755)
+    assert launcher.find_qdrant(checkout, env) == beside, "../shared beside the checkout comes first"
+    explicit = tmp_path / "my-qdrant"
+    explicit.write_text("#!/bin/sh\n")
+    explicit.chmod(0o755)
+    assert launcher.find_qdrant(checkout, {**env, "RAGSYNC_QDRANT_BIN": str(explicit)}) == explicit
+
+
+def test_launcher_says_how_to_get_qdrant_when_there_is_none(tmp_path: Path) -> None:
+    launcher = load_launcher()
+    checkout = tmp_path / "clone"
+    checkout.mkdir()
+    nowhere = tmp_path / "no-shared"
+    env = {"PATH": str(tmp_path)}
+    with pytest.raises(launcher.ServiceError) as err:
+        launcher.find_qdrant(checkout, env, nowhere)
+    message = str(err.value)
+    assert "\n" not in message and "RAGSYNC_QDRANT_BIN" in message and "qdrant/qdrant:v1.18.3" in message
+    with pytest.raises(launcher.ServiceError, match="not an executable file"):
+        launcher.find_qdrant(checkout, {**env, "RAGSYNC_QDRANT_BIN": str(tmp_path / "missing")}, nowhere)
