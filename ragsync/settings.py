@@ -1,16 +1,47 @@
 """Settings from the environment (RAGSYNC_*) and an optional TOML file (RAGSYNC_CONFIG or ./ragsync.toml).
 
-Environment variables win over the file, the file over defaults.
+Environment variables win over the file, the file over defaults. Strict, because a typo that is
+ignored is a setting silently left at its default (`top_kk = 3`, `RAGSYNC_TOPK`): an unknown key in
+the file or an unknown RAGSYNC_* variable is an error naming it and the closest setting, and a
+RAGSYNC_CONFIG that names a missing file is an error. `load_settings` is the entry point of every
+command and of the ASGI app; it turns every problem into one line (ragsync.settings_check).
+Constructing `Settings(...)` directly (tests, benchmarks) is just as strict about the file and
+values, but does not look at the environment for unknown variables.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
+
+__all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "config_file", "load_settings"]
+
+NOT_SETTINGS = frozenset(
+    {
+        "RAGSYNC_CONFIG",  # names the settings file itself
+        "RAGSYNC_TOKEN",  # `ragsync ask --token`
+        # compose/local/services (the no-Docker launcher)
+        "RAGSYNC_SERVICES_HOME",
+        "RAGSYNC_SERVICES_TIMEOUT",
+        "RAGSYNC_KAFKA_VERSION",
+        "RAGSYNC_KAFKA_LOG4J_VERSION",
+        "RAGSYNC_ES_VERSION",
+        "RAGSYNC_ES_USER",
+        "RAGSYNC_ES_RUNTIME",
+        # the test suite
+        "RAGSYNC_REQUIRE_SERVICES",
+        "RAGSYNC_TEST_STORES",
+        "RAGSYNC_EVAL_REPORT",
+    }
+)
+"""RAGSYNC_* variables read by tools other than Settings. Add a new one here, or it is refused as a typo."""
 
 
 def _default_model_path() -> Path | None:
@@ -25,7 +56,7 @@ def _default_model_path() -> Path | None:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAGSYNC_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     profile: Literal["embedded", "cluster"] = "embedded"
     home: Path = Path(".ragsync")
@@ -71,7 +102,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_file = Path(os.environ.get("RAGSYNC_CONFIG", "ragsync.toml"))
+        toml_file, _ = config_file()
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if toml_file.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
@@ -89,3 +120,44 @@ class Settings(BaseSettings):
             path.write_text(secrets.token_urlsafe(32))
             path.chmod(0o600)
         return path.read_text().strip()
+
+
+def config_file() -> tuple[Path, bool]:
+    """The settings file and whether it was named (RAGSYNC_CONFIG) rather than the optional default."""
+    named = os.environ.get("RAGSYNC_CONFIG")
+    return (Path(named), True) if named else (Path("ragsync.toml"), False)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings for a command or server; raises SettingsError listing every problem, one line each.
+
+    `overrides` are values the program sets itself (CLI options such as --home); they win over all.
+    """
+    path, named = config_file()
+    problems: list[str] = []
+    file_keys: frozenset[str] = frozenset()
+    if path.is_file():
+        try:
+            with path.open("rb") as handle:
+                file_keys = frozenset(tomllib.load(handle))
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError([f"{path}: not valid TOML: {exc}"]) from None
+        except OSError as exc:
+            raise SettingsError([f"{path}: cannot read the settings file: {exc.strerror or exc}"]) from None
+    elif named:
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise SettingsError([f"RAGSYNC_CONFIG={path}: the settings file {what}"])
+    env_problems, env_used = unknown_env_problems(os.environ, Settings.model_fields, NOT_SETTINGS)
+    problems += env_problems
+    origins = Origins(path if file_keys else None, file_keys, env_used, frozenset(overrides))
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        problems += validation_problems(exc, Settings, origins)
+        raise SettingsError(problems) from None
+    except ValueError as exc:  # pydantic-settings' own parsing of a variable (e.g. JSON for a list)
+        problems.append(f"settings: {exc}")
+        raise SettingsError(problems) from None
+    if problems:
+        raise SettingsError(problems)
+    return settings

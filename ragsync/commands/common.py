@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ragsync.settings import Settings
+from ragsync.settings import Settings, SettingsError, load_settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -23,7 +23,12 @@ EXIT_PARTIAL = 3
 def settings_of(ctx: click.Context) -> Settings:
     obj: dict[str, Any] = ctx.find_root().obj or {}
     overrides: dict[str, Any] = {k: v for k, v in obj.items() if v is not None}
-    return Settings(**overrides)
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            error(problem)
+        sys.exit(EXIT_USAGE)
 
 
 def _color() -> bool:
