@@ -65,6 +65,8 @@ class Settings(BaseSettings):
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
+    embed_cache_dir: Path | None = None  # None: fastembed's own (FASTEMBED_CACHE_PATH, else <tmp>/fastembed_cache)
+    embed_download: bool = True  # by name, let fastembed download the model when the hub answers
 
     chunk_max_chars: int = 1000
     top_k: int = 8
@@ -136,7 +138,7 @@ def load_settings(**overrides: Any) -> Settings:
     path, named = config_file()
     problems: list[str] = []
     file_keys: frozenset[str] = frozenset()
-    if path.is_file():
+    if path.exists() and not path.is_dir():  # a file, or /dev/null for "no settings file"
         try:
             with path.open("rb") as handle:
                 file_keys = frozenset(tomllib.load(handle))

@@ -40,7 +40,7 @@ def cluster_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "RAGSYNC_KAFKA_TOPIC_PREFIX": f"e2e{tag}.",
         "RAGSYNC_ES_INDEX_PREFIX": f"e2e{tag}",
         "RAGSYNC_REDIS_NAMESPACE": f"e2e{tag}",
-        "RAGSYNC_CONFIG": str(tmp_path / "none.toml"),
+        "RAGSYNC_CONFIG": os.devnull,  # no settings file
     }
     yield env
     from elasticsearch import Elasticsearch

@@ -80,7 +80,7 @@ def test_python_manual_ci_subset_meets_the_quality_gates(tmp_path: Path) -> None
         "RAGSYNC_PROFILE": "embedded",
         "RAGSYNC_EMBED_MODEL_PATH": str(MODEL_PATH),
         "RAGSYNC_SESSION_SECRET": "eval-gate",
-        "RAGSYNC_CONFIG": str(tmp_path / "no-config.toml"),  # repository defaults, not a developer's file
+        "RAGSYNC_CONFIG": os.devnull,  # repository defaults, not a developer's file
     }
     runner = CliRunner()
     started = time.perf_counter()

@@ -169,7 +169,7 @@ class Deployment:
             RAGSYNC_KAFKA_TOPIC_PREFIX=self.prefix,
             RAGSYNC_KAFKA_PARTITIONS="3",
             RAGSYNC_EMBED_MODEL_PATH=str(self.tmp / "no-model"),
-            RAGSYNC_CONFIG=str(self.tmp / "no-config.toml"),
+            RAGSYNC_CONFIG=os.devnull,
             PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
             PYTHONUNBUFFERED="1",
         )

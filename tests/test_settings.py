@@ -6,6 +6,7 @@ problem on its own line, no traceback.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,11 @@ def test_every_table_reachable_from_settings_forbids_unknown_keys() -> None:
 )
 def test_closest(typo: str, meant: str | None) -> None:
     assert closest(typo, Settings.model_fields) == meant
+
+
+def test_dev_null_means_no_settings_file(in_tmp: Path) -> None:
+    (in_tmp / "ragsync.toml").write_text("top_kk = 3\n")  # would be refused if it were read
+
+    code, output = run({"RAGSYNC_CONFIG": os.devnull, "RAGSYNC_HOME": str(in_tmp / "home")})
+
+    assert code == 0, output
