@@ -1,4 +1,13 @@
-"""Dense embeddings with fastembed, loaded only from a local model folder, with a vector cache.
+"""Dense embeddings with fastembed, from a local model folder or by model name, with a vector cache.
+
+Where the model comes from, in order:
+1. `model_path` (RAGSYNC_EMBED_MODEL_PATH): a local ONNX export, never a network access.
+2. By name (RAGSYNC_EMBED_MODEL_NAME, a fastembed model): fastembed's own cache
+   (`cache_dir`, else FASTEMBED_CACHE_PATH, else `<tmp>/fastembed_cache`), then fastembed's own
+   download into that cache when `download` is on and the model hub answers a quick probe. The
+   probe exists because fastembed retries an unreachable hub for about 40 s before giving up.
+When neither works, dense retrieval is off and answers use BM25 alone; the loader says so once
+per process, however many commands or components ask for the model (the demo asked 11 times).
 
 Embedding is the ingest cost to avoid (25-55 passages/s on 2 cores for MiniLM), so vectors are
 cached by sha256(model, text): a new document version re-embeds only passages whose text
@@ -7,13 +16,15 @@ changed, and identical text anywhere is embedded once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,31 +33,109 @@ from indexer.ports import Embedder, Vectors
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+HUB_PROBE_TIMEOUT_S = 5.0
 
 
 class ModelUnavailable(RuntimeError):
     pass
 
 
-class FastEmbedder:
-    """fastembed's TextEmbedding over a local ONNX export; never touches a model hub."""
+@contextlib.contextmanager
+def _quiet_fastembed() -> Iterator[None]:
+    """fastembed logs each failed cache look-up as an error through loguru; the loader reports once itself."""
+    from loguru import logger
 
-    def __init__(self, model_path: Path, model_name: str = DEFAULT_MODEL_NAME, batch_size: int = 32) -> None:
-        if not (model_path / "model.onnx").is_file():
-            raise ModelUnavailable(f"no model.onnx under {model_path}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    logger.disable("fastembed")
+    try:
+        yield
+    finally:
+        logger.enable("fastembed")
+
+
+def supported_models() -> dict[str, Any]:
+    """fastembed's dense text models by lower-cased name (their descriptions carry the hub source)."""
+    from fastembed import TextEmbedding
+
+    return {m.model.lower(): m for m in TextEmbedding._list_supported_models()}
+
+
+def hub_reachable(repo: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when the model hub answers for `repo`, else why not (a short reason for the warning)."""
+    import httpx
+    from huggingface_hub import constants
+
+    url = f"{constants.ENDPOINT.rstrip('/')}/api/models/{repo}"
+    try:
+        response = httpx.head(url, timeout=timeout_s, follow_redirects=True)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if response.status_code < 400 else f"HTTP {response.status_code} from {url}"
+
+
+class FastEmbedder:
+    """fastembed's TextEmbedding over a local ONNX export (`model_path`) or a model fetched by name."""
+
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        model_name: str = DEFAULT_MODEL_NAME,
+        batch_size: int = 32,
+        *,
+        cache_dir: Path | None = None,
+        download: bool = False,
+    ) -> None:
         from fastembed import TextEmbedding
 
-        cache_dir = Path(os.environ.get("RAGSYNC_FASTEMBED_CACHE", "/tmp/ragsync-fastembed"))
-        try:
-            self._model = TextEmbedding(
-                model_name=model_name, specific_model_path=str(model_path), cache_dir=str(cache_dir)
-            )
-        except Exception as exc:  # fastembed raises bare Exceptions for unknown models and bad files
-            raise ModelUnavailable(f"fastembed could not load {model_name} from {model_path}: {exc}") from exc
+        described = supported_models().get(model_name.lower())
+        if described is None:
+            from difflib import get_close_matches
+
+            close = get_close_matches(model_name.lower(), list(supported_models()), n=1, cutoff=0.5)
+            hint = f" (did you mean {supported_models()[close[0]].model}?)" if close else ""
+            raise ModelUnavailable(f"{model_name!r} is not a fastembed text embedding model{hint}")
+        cache = str(cache_dir) if cache_dir is not None else None
+        if model_path is not None:
+            if not (model_path / "model.onnx").is_file():
+                raise ModelUnavailable(f"no model.onnx under {model_path}")
+            try:
+                with _quiet_fastembed():
+                    self._model = TextEmbedding(
+                        model_name=model_name, specific_model_path=str(model_path), cache_dir=cache
+                    )
+            except Exception as exc:  # fastembed raises bare Exceptions for unknown models and bad files
+                raise ModelUnavailable(f"fastembed could not load {model_name} from {model_path}: {exc}") from exc
+            self.source = str(model_path)
+        else:
+            self._model = self._by_name(TextEmbedding, model_name, described, cache, download)
         self.model_name = model_name
         self.batch_size = batch_size
         self.dim = int(self.embed(["probe"]).shape[1])
+
+    def _by_name(self, text_embedding: Any, name: str, described: Any, cache: str | None, download: bool) -> Any:
+        from fastembed.common.utils import define_cache_dir
+
+        where = define_cache_dir(cache)
+        try:
+            with _quiet_fastembed():
+                model = text_embedding(model_name=name, cache_dir=cache, local_files_only=True)
+            self.source = f"fastembed cache {where}"
+            return model
+        except Exception as exc:
+            if not download:
+                raise ModelUnavailable(f"{name} is not in fastembed's cache {where} and downloads are off") from exc
+        repo = described.sources.hf or described.model
+        unreachable = hub_reachable(repo)
+        if unreachable is not None:
+            raise ModelUnavailable(
+                f"{name} is not in fastembed's cache {where} and the model hub is unreachable ({unreachable})"
+            )
+        log.warning("Downloading embedding model %s into %s (once; later runs use the cache)", name, where)
+        try:
+            model = text_embedding(model_name=name, cache_dir=cache)
+        except Exception as exc:
+            raise ModelUnavailable(f"fastembed could not download {name} into {where}: {exc}") from exc
+        self.source = f"downloaded into {where}"
+        return model
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
@@ -117,16 +206,57 @@ class CachedEmbedder:
         self._conn.close()
 
 
-def load_embedder(model_path: Path | None, model_name: str = DEFAULT_MODEL_NAME) -> Embedder | None:
-    """The dense ranker is optional: without a loadable model everything runs on BM25, said once."""
-    if model_path is None:
-        log.warning(
-            "No embedding model configured (set RAGSYNC_EMBED_MODEL_PATH): dense retrieval is disabled, "
-            "answers use BM25 only."
-        )
-        return None
-    try:
-        return FastEmbedder(model_path, model_name)
-    except ModelUnavailable as exc:
-        log.warning("Embedding model unavailable (%s): dense retrieval is disabled, answers use BM25 only.", exc)
-        return None
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """Which model to load and from where (see the module docstring for the order)."""
+
+    name: str = DEFAULT_MODEL_NAME
+    path: Path | None = None
+    cache_dir: Path | None = None
+    download: bool = True
+
+
+_LOADED: dict[ModelChoice, FastEmbedder | None] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def load_embedder(
+    model_path: Path | None,
+    model_name: str = DEFAULT_MODEL_NAME,
+    *,
+    cache_dir: Path | None = None,
+    download: bool = True,
+) -> Embedder | None:
+    """The model for this choice, loaded once per process; None (BM25 only) after one warning.
+
+    One instance serves every caller in the process: an ONNX session is safe to share between
+    threads, and loading it again per command would cost seconds and memory each time.
+    """
+    choice = ModelChoice(model_name, model_path, cache_dir, download)
+    with _LOADED_LOCK:
+        if choice in _LOADED:
+            return _LOADED[choice]
+        embedder: FastEmbedder | None
+        try:
+            embedder = FastEmbedder(model_path, model_name, cache_dir=cache_dir, download=download)
+            log.info("embedding model %s from %s", model_name, embedder.source)
+        except ModelUnavailable as exc:
+            how = (
+                "fix RAGSYNC_EMBED_MODEL_PATH"
+                if model_path is not None
+                else "set RAGSYNC_EMBED_MODEL_PATH to a local ONNX export, or let fastembed download the model"
+            )
+            log.warning(
+                "Embedding model unavailable: %s; dense retrieval is disabled, answers use BM25 only (%s; see README).",
+                exc,
+                how,
+            )
+            embedder = None
+        _LOADED[choice] = embedder
+        return embedder
+
+
+def forget_loaded_models() -> None:
+    """Drop the per-process memory of loaded (and failed) models: for tests of the loader itself."""
+    with _LOADED_LOCK:
+        _LOADED.clear()

@@ -155,7 +155,12 @@ class Components:
 
 
 def build_embedder(settings: Settings) -> Embedder | None:
-    inner = load_embedder(settings.embed_model_path, settings.embed_model_name)
+    inner = load_embedder(
+        settings.embed_model_path,
+        settings.embed_model_name,
+        cache_dir=settings.embed_cache_dir,
+        download=settings.embed_download,
+    )
     if inner is None:
         return None
     return CachedEmbedder(inner, settings.home / "embeddings.db")
