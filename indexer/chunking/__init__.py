@@ -1,0 +1,1 @@
+"""Format readers and the passage sizing they share; `indexer.chunker` is the entry point."""

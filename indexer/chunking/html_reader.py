@@ -1,0 +1,479 @@
+"""HTML reader: block structure to units, after main-content detection and boilerplate removal.
+
+`indexer.chunking.boilerplate` decides what part of the page is the document (dropping navigation,
+headers, footers, sidebars, link lists and permalinks); this module reads what is left: headings,
+sections, paragraphs, lists, definition lists, tables and preformatted code, closing the elements
+real-world HTML leaves open.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+from indexer.chunking.units import HeadingState, Kind, Unit, UnitBuilder, collapse, row_line
+
+_SKIP_TAGS = frozenset(
+    {"script", "style", "nav", "header", "footer", "head", "noscript", "template", "svg", "button", "select"}
+)
+_SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "search"})
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+)
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+_BLOCK_TAGS = frozenset(
+    {
+        "address", "article", "aside", "blockquote", "caption", "dd", "details", "dialog", "div", "dl", "dt",
+        "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+        "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot",
+        "th", "thead", "tr", "ul", "menu", "br",
+    }
+)  # fmt: skip
+_CLOSES_P = _BLOCK_TAGS - {"br", "caption", "td", "th", "tr", "tbody", "thead", "tfoot", "dd", "dt", "li"}
+_P_SCOPE = frozenset({"table", "td", "th", "li", "dd", "dt", "blockquote", "button", "div", "section", "body"})
+# Inline tags carry no structure we use; removing them up front more than halves the parser's work on
+# Sphinx pages, where every token of highlighted code and every cross-reference is wrapped in spans.
+_INLINE_TAGS = re.compile(
+    r"""<(?:/\s*)?(?:a|abbr|b|cite|code|dfn|em|font|i|kbd|mark|q|s|samp|small|span|strong|sub|sup|tt|u|var)"""
+    r"""\b(?:[^>"']++|"[^"]*+"|'[^']*+')*+>""",
+    re.IGNORECASE,
+)
+_HEADERLINK = re.compile(r"<a\b[^>]*\bheaderlink\b[^>]*>[^<]*</a>", re.IGNORECASE)
+_MAIN_HINT = re.compile(
+    r"""<main\b|\brole\s*=\s*["']?main\b|<div\b[^>]*\bclass\s*=\s*["']?(?:[^"'>]*\s)?body[\s"'>]""",
+    re.IGNORECASE,
+)
+
+
+class _StopParsing(Exception):
+    """Raised once the main content region has closed: nothing after it can be emitted."""
+
+
+@dataclass(slots=True)
+class _Open:
+    """One open HTML element and the bookkeeping to undo when it closes."""
+
+    tag: str
+    skip: bool = False
+    main: bool = False
+    unit: bool = False
+    heading: int = 0
+    section: HeadingState | None = None
+    pre: bool = False
+    part_break: bool = False
+    list_: bool = False
+    dl: bool = False
+    table: bool = False
+    row: bool = False
+    cell: bool = False
+    term: bool = False
+    thead: bool = False
+
+
+@dataclass(slots=True)
+class _OpenUnit:
+    unit: Unit
+    buf: list[str] = field(default_factory=list)
+    code: bool = False
+    marker: str = ""
+    in_term: bool = False
+    term: list[str] = field(default_factory=list)
+    implicit: bool = False
+
+    def flush(self) -> None:
+        text = "".join(self.buf)
+        self.buf.clear()
+        text = text.strip("\n").rstrip() if self.code else collapse(text)
+        if text:
+            self.unit.parts.append((self.marker + text, self.code))
+        self.marker = ""
+
+
+@dataclass(slots=True)
+class _ListCtx:
+    group: int
+    ordered: bool
+    owner: _OpenUnit | None
+    number: int = 0
+
+
+@dataclass(slots=True)
+class _DlCtx:
+    group: int
+    outer: _OpenUnit | None
+    current: _OpenUnit | None = None
+    last: str = ""
+
+
+@dataclass(slots=True)
+class _TableCtx:
+    group: int
+    owner: _OpenUnit | None
+    flatten: bool
+    header: list[str] = field(default_factory=list)  # rendered header lines
+    header_emitted: bool = False
+    row: list[str] | None = None
+    row_all_th: bool = True
+    in_head: bool = False
+    body_rows: int = 0
+
+
+class _HtmlReader(HTMLParser):
+    def __init__(self, main_only: bool) -> None:
+        super().__init__(convert_charrefs=True)
+        self.b = UnitBuilder()
+        self.main_only = main_only
+        self.saw_main = False
+        self._stack: list[_Open] = []
+        self._skip = 0
+        self._in_main = 0
+        self._units: list[_OpenUnit] = []
+        self._lists: list[_ListCtx] = []
+        self._dls: list[_DlCtx] = []
+        self._tables: list[_TableCtx] = []
+        self._cell: list[str] | None = None
+        self._heading: list[str] | None = None
+
+    # -- plumbing
+
+    @property
+    def _active(self) -> bool:
+        return not self._skip and (self._in_main > 0 or not self.main_only)
+
+    def _open_unit(self, kind: Kind, group: int = -1, implicit: bool = False) -> _OpenUnit:
+        self._close_implicit()
+        ou = _OpenUnit(self.b.unit(kind, group=group), implicit=implicit)
+        self._units.append(ou)
+        return ou
+
+    def _close_implicit(self) -> None:
+        if self._units and self._units[-1].implicit:
+            self._units.pop().flush()
+
+    def _break(self) -> None:
+        if self._units:
+            self._units[-1].flush()
+
+    def _implied_close(self, tag: str) -> None:
+        """The end tags real-world HTML leaves out: an open p, li, dt/dd, row or cell ends here."""
+        if tag in _CLOSES_P:
+            self._close_nearest("p", _P_SCOPE)
+        if tag == "li":
+            self._close_nearest("li", frozenset({"ul", "ol", "menu"}))
+        elif tag in ("dt", "dd"):
+            self._close_nearest(("dt", "dd"), frozenset({"dl"}))
+        elif tag == "tr":
+            self._close_nearest("tr", frozenset({"table", "thead", "tbody", "tfoot"}))
+        elif tag in ("td", "th"):
+            self._close_nearest(("td", "th"), frozenset({"tr", "table"}))
+        elif tag in ("thead", "tbody", "tfoot"):
+            self._close_nearest(("thead", "tbody", "tfoot"), frozenset({"table"}))
+
+    def _close_nearest(self, tags: str | tuple[str, ...], scope: frozenset[str]) -> None:
+        names = (tags,) if isinstance(tags, str) else tags
+        for idx in range(len(self._stack) - 1, -1, -1):
+            tag = self._stack[idx].tag
+            if tag in names:
+                self._pop_to(idx)
+                return
+            if tag in scope:
+                return
+
+    def _pop_to(self, idx: int) -> None:
+        while len(self._stack) > idx:
+            self._close(self._stack.pop())
+
+    # -- parser callbacks
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _VOID:
+            if tag == "br" and self._active:
+                self._line_break()
+            return
+        self._implied_close(tag)
+        el = _Open(tag)
+        self._stack.append(el)
+        if self._skip:
+            return
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if (
+            tag in _SKIP_TAGS
+            or a.get("role") in _SKIP_ROLES
+            or "hidden" in a
+            or (tag == "a" and "headerlink" in classes)
+        ):
+            el.skip = True
+            self._skip += 1
+            return
+        if self.main_only and not self._in_main:
+            if tag == "main" or a.get("role") == "main" or (tag == "div" and "body" in classes):
+                el.main = True
+                self._in_main += 1
+                self.saw_main = True
+            return
+        self._start(el, tag, a, classes)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        for idx in range(len(self._stack) - 1, -1, -1):
+            if self._stack[idx].tag == tag:
+                self._pop_to(idx)
+                return
+
+    def handle_data(self, data: str) -> None:
+        if self._skip or (self.main_only and not self._in_main):
+            return
+        if self._cell is not None:
+            self._cell.append(data)
+        elif self._heading is not None:
+            self._heading.append(data)
+        elif self._units:
+            ou = self._units[-1]
+            (ou.term if ou.in_term else ou.buf).append(data)
+        elif not data.isspace():
+            self._open_unit("para", implicit=True).buf.append(data)
+
+    def _line_break(self) -> None:
+        if self._cell is not None:
+            self._cell.append(" ")
+        elif self._heading is not None:
+            self._heading.append(" ")
+        elif self._units:
+            ou = self._units[-1]
+            if ou.in_term:
+                ou.term.append(" ")
+            elif ou.code:
+                ou.buf.append("\n")
+            else:
+                ou.flush()
+
+    # -- element semantics
+
+    def _start(self, el: _Open, tag: str, a: dict[str, str | None], classes: list[str]) -> None:
+        if tag in _BLOCK_TAGS:
+            self._close_implicit()
+        table = self._tables[-1] if self._tables else None
+        if self._cell is not None:
+            if tag == "table":
+                self._tables.append(_TableCtx(-1, None, flatten=True))
+                el.table = True
+            elif tag in _BLOCK_TAGS:
+                self._cell.append(" ")
+            return
+        if tag in _HEADINGS and not self._units:
+            el.heading = _HEADINGS[tag]
+            self._heading = []
+        elif tag == "section" or (tag == "div" and "section" in classes):
+            el.section = self.b.save()
+            self.b.boundary()
+        elif tag == "pre":
+            el.pre = True
+            if self._units:
+                self._break()
+            else:
+                el.unit = True
+                self._open_unit("code")
+            self._units[-1].code = True
+        elif tag in ("p", "blockquote"):
+            if self._units:
+                self._break()
+                el.part_break = True
+            else:
+                el.unit = True
+                self._open_unit("para")
+        elif tag in ("ul", "ol", "menu"):
+            el.list_ = True
+            owner = self._units[-1] if self._units else None
+            self._break()
+            self._lists.append(_ListCtx(self.b.new_group(), tag == "ol", owner))
+        elif tag == "li":
+            ctx = self._lists[-1] if self._lists else None
+            if ctx is not None:
+                ctx.number += 1
+            marker = f"{ctx.number}. " if ctx is not None and ctx.ordered else ""
+            if self._units:
+                self._break()
+                depth = sum(1 for lc in self._lists if lc.owner is not None and lc.owner is self._units[-1])
+                self._units[-1].marker = "  " * max(depth - 1, 0) + (marker or "- ")
+                el.part_break = True
+            else:
+                el.unit = True
+                self._open_unit("item", ctx.group if ctx is not None else self.b.new_group()).marker = marker
+        elif tag == "dl":
+            el.dl = True
+            outer = self._units[-1] if self._units else None
+            self._break()
+            self._dls.append(_DlCtx(self.b.new_group(), outer))
+        elif tag in ("dt", "dd"):
+            self._start_definition(el, tag, a)
+        elif tag == "table":
+            el.table = True
+            owner = self._units[-1] if self._units else None
+            self._break()
+            self._tables.append(_TableCtx(self.b.new_group(), owner, flatten=False))
+        elif table is not None and not table.flatten:
+            if tag == "thead":
+                el.thead = True
+                table.in_head = True
+            elif tag == "tr":
+                el.row = True
+                table.row, table.row_all_th = [], True
+            elif tag in ("td", "th"):
+                if table.row is None:
+                    table.row, table.row_all_th = [], True
+                table.row_all_th = table.row_all_th and tag == "th"
+                el.cell = True
+                self._cell = []
+                table.row.append("")
+        elif tag in _BLOCK_TAGS and self._units:
+            self._break()
+            el.part_break = True
+
+    def _start_definition(self, el: _Open, tag: str, a: dict[str, str | None]) -> None:
+        """dt+dd form one unit; a nested dl of linkable terms (API members) gets units of its own."""
+        ctx = self._dls[-1] if self._dls else None
+        if ctx is None:
+            ctx = _DlCtx(self.b.new_group(), None)
+            self._dls.append(ctx)
+        current = self._units[-1] if self._units else None
+        nested = ctx.outer is not None
+        if tag == "dt":
+            own_unit = current is None or (
+                not nested or (current is ctx.outer and current.unit.kind == "def" and "id" in a)
+            )
+            if not own_unit:
+                self._break()
+                el.part_break = True
+                ctx.last = "absorbed"
+                return
+            if ctx.current is None or ctx.last != "dt":
+                ou = self._open_unit("def", ctx.group)
+                if nested and ctx.outer is not None:
+                    ou.unit.prefix.extend(ctx.outer.unit.prefix)
+                ctx.current = ou
+            else:
+                self._units.append(ctx.current)
+            ctx.current.in_term = True
+            el.unit = el.term = True
+            ctx.last = "dt"
+        else:
+            if ctx.current is not None and ctx.last in ("dt", "dd"):
+                self._units.append(ctx.current)
+                el.unit = True
+            elif not nested and current is None:
+                ctx.current = self._open_unit("def", ctx.group)
+                el.unit = True
+            else:
+                self._break()
+                el.part_break = True
+            ctx.last = "dd" if el.unit else "absorbed"
+
+    def _close(self, el: _Open) -> None:
+        if el.skip:
+            self._skip -= 1
+            return
+        if el.main:
+            self._in_main -= 1
+            self._close_implicit()
+            raise _StopParsing
+        if el.tag in _BLOCK_TAGS:
+            self._close_implicit()
+        if el.heading and self._heading is not None:
+            self.b.heading(el.heading, "".join(self._heading))
+            self._heading = None
+        if el.cell and self._cell is not None:
+            table = self._tables[-1]
+            if table.row:
+                table.row[-1] = collapse("".join(self._cell).replace("¶", ""))
+            self._cell = None
+        if el.row:
+            self._finish_row(self._tables[-1])
+        if el.thead:
+            self._tables[-1].in_head = False
+        if el.table:
+            self._finish_table(self._tables.pop())
+        if el.term:
+            ou = self._units[-1]
+            term = collapse("".join(ou.term).replace("¶", ""))
+            ou.term.clear()
+            ou.in_term = False
+            if term:
+                ou.unit.prefix.append(term)
+        if el.pre and self._units:
+            self._units[-1].flush()
+            self._units[-1].code = False
+        if el.unit:
+            self._units.pop().flush()
+        if el.part_break or el.list_ or el.dl:
+            self._break()
+        if el.list_:
+            self._lists.pop()
+        if el.dl:
+            self._dls.pop()
+        if el.section is not None:
+            self.b.restore(el.section)
+
+    def _finish_row(self, table: _TableCtx) -> None:
+        row, table.row = table.row, None
+        if table.flatten or not row:
+            return
+        if not any(row):
+            return
+        if table.in_head or (not table.header and table.body_rows == 0 and table.row_all_th):
+            table.header.append(row_line(row))
+            return
+        table.body_rows += 1
+        self._emit_row(table, row_line(row))
+
+    def _emit_row(self, table: _TableCtx, line: str) -> None:
+        """A row of a table inside a list item or definition becomes lines of that unit instead."""
+        if table.owner is None:
+            unit = self.b.unit("row", [(line, False)] if line else [], group=table.group)
+            unit.prefix.extend(table.header)
+            return
+        if not table.header_emitted:
+            table.owner.unit.parts.extend((h, False) for h in table.header)
+            table.header_emitted = True
+        if line:
+            table.owner.unit.parts.append((line, False))
+
+    def _finish_table(self, table: _TableCtx) -> None:
+        if table.flatten:
+            return
+        self._finish_row(table)
+        if table.body_rows == 0 and table.header:
+            self._emit_row(table, "")
+
+    def finish(self) -> list[Unit]:
+        self.close()
+        self._pop_to(0)
+        while self._units:
+            self._units.pop().flush()
+        return self.b.units
+
+
+def read_html(content: str, title: str = "") -> list[Unit]:
+    content = _INLINE_TAGS.sub("", _HEADERLINK.sub("", content))
+    main_only = bool(_MAIN_HINT.search(content))
+    units = _parse(content, main_only)
+    if main_only and not any(u.parts or u.prefix for u in units):
+        units = _parse(content, False)
+    return units
+
+
+def _parse(content: str, main_only: bool) -> list[Unit]:
+    reader = _HtmlReader(main_only)
+    try:
+        reader.feed(content)
+        return reader.finish()
+    except _StopParsing:
+        reader._stack.clear()
+        while reader._units:
+            reader._units.pop().flush()
+        return reader.b.units

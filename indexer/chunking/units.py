@@ -1,0 +1,119 @@
+"""The reader interface: every format reader turns a document into structural units.
+
+A unit is what the author made one thing (a paragraph, a list item, a table row, a definition, a
+code block), with its heading path and the barriers that keep sizing from merging across
+sections. Readers for new formats (PDF, DOCX, CSV, reST) build units with `UnitBuilder` and hand
+them to `indexer.chunker.chunk_units`; sizing, lead-ins and anchors are then the same for every
+format, so a citation looks and behaves the same whatever the source was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    anchor: str  # unique within the document, stable for the same input, [a-z0-9-]
+    heading_path: tuple[str, ...]  # ("Refund policy", "Exceptions")
+    text: str  # the passage body; the heading path is indexed separately, not prepended
+
+
+Kind = Literal["para", "code", "item", "row", "def"]
+MERGEABLE: frozenset[str] = frozenset({"para", "code"})
+LEAD_TARGETS: frozenset[str] = frozenset({"item", "row"})
+
+
+@dataclass(slots=True)
+class Unit:
+    """A structural unit before sizing; `prefix` lines are repeated on every piece it is cut into."""
+
+    kind: Kind
+    heading_path: tuple[str, ...]
+    heading_id: int
+    block: int
+    group: int = -1
+    prefix: list[str] = field(default_factory=list)
+    parts: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
+
+
+@dataclass(slots=True)
+class Piece:
+    kind: Kind
+    heading_path: tuple[str, ...]
+    heading_id: int
+    block: int
+    text: str
+
+
+HeadingState = tuple[list[tuple[int, str]], tuple[str, ...], int]
+
+
+class UnitBuilder:
+    """Heading stack, merge barriers and list/table groups shared by the three format readers."""
+
+    def __init__(self) -> None:
+        self.units: list[Unit] = []
+        self._headings: list[tuple[int, str]] = []
+        self.path: tuple[str, ...] = ()
+        self.heading_id = 0
+        self.block = 0
+        self._counter = 0
+
+    def _next(self) -> int:
+        self._counter += 1
+        return self._counter
+
+    def heading(self, level: int, text: str) -> None:
+        text = collapse(text.replace("¶", ""))
+        if not text:
+            return
+        while self._headings and self._headings[-1][0] >= level:
+            self._headings.pop()
+        self._headings.append((level, text))
+        self.path = tuple(t for _, t in self._headings)
+        self.heading_id = self._next()
+        self.block = self._next()
+
+    def boundary(self) -> None:
+        self.block = self._next()
+
+    def new_group(self) -> int:
+        return self._next()
+
+    def save(self) -> HeadingState:
+        return (list(self._headings), self.path, self.heading_id)
+
+    def restore(self, state: HeadingState) -> None:
+        self._headings, self.path, self.heading_id = list(state[0]), state[1], state[2]
+        self.block = self._next()
+
+    def unit(
+        self,
+        kind: Kind,
+        parts: list[tuple[str, bool]] | None = None,
+        *,
+        group: int = -1,
+    ) -> Unit:
+        unit = Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [])
+        self.units.append(unit)
+        return unit
+
+
+_WS = re.compile(r"\s+")
+
+
+def collapse(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def row_line(cells: list[str]) -> str:
+    """One table row as its Markdown source line; a literal pipe is escaped as Markdown does."""
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+Reader = Callable[[str, str], list[Unit]]
+"""(content, title) -> units. `title` is the best title known outside the content (file name, metadata)."""
