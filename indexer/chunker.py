@@ -35,7 +35,7 @@ from indexer.chunking.units import Chunk, Reader, Unit, UnitBuilder
 
 __all__ = ["CHUNKER_VERSION", "READERS", "Chunk", "ContentType", "Unit", "UnitBuilder", "chunk_document", "chunk_units"]
 
-CHUNKER_VERSION = "structure-v1"  # bump whenever output for the same input may change
+CHUNKER_VERSION = "structure-v2"  # bump whenever output for the same input may change (v2: boilerplate removal)
 
 ContentType = Literal["markdown", "html", "text"]
 

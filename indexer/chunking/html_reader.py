@@ -12,12 +12,11 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from indexer.chunking.boilerplate import PERMALINK, main_content
 from indexer.chunking.units import HeadingState, Kind, Unit, UnitBuilder, collapse, row_line
 
-_SKIP_TAGS = frozenset(
-    {"script", "style", "nav", "header", "footer", "head", "noscript", "template", "svg", "button", "select"}
-)
-_SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "search"})
+# Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
+_SKIP_TAGS = frozenset({"script", "style", "head", "noscript", "template", "svg", "button", "select"})
 _VOID = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 )
@@ -34,20 +33,12 @@ _CLOSES_P = _BLOCK_TAGS - {"br", "caption", "td", "th", "tr", "tbody", "thead", 
 _P_SCOPE = frozenset({"table", "td", "th", "li", "dd", "dt", "blockquote", "button", "div", "section", "body"})
 # Inline tags carry no structure we use; removing them up front more than halves the parser's work on
 # Sphinx pages, where every token of highlighted code and every cross-reference is wrapped in spans.
-_INLINE_TAGS = re.compile(
-    r"""<(?:/\s*)?(?:a|abbr|b|cite|code|dfn|em|font|i|kbd|mark|q|s|samp|small|span|strong|sub|sup|tt|u|var)"""
-    r"""\b(?:[^>"']++|"[^"]*+"|'[^']*+')*+>""",
-    re.IGNORECASE,
-)
+# Links are kept for the boilerplate pass (link density), then removed like the other inline tags.
+_INLINE = r"abbr|b|cite|code|dfn|em|font|i|kbd|mark|q|s|samp|small|span|strong|sub|sup|tt|u|var"
+_ATTRS = r"""\b(?:[^>"']++|"[^"]*+"|'[^']*+')*+>"""
+_INLINE_TAGS = re.compile(rf"<(?:/\s*)?(?:{_INLINE}){_ATTRS}", re.IGNORECASE)
+_LINK_TAGS = re.compile(rf"<(?:/\s*)?a{_ATTRS}", re.IGNORECASE)
 _HEADERLINK = re.compile(r"<a\b[^>]*\bheaderlink\b[^>]*>[^<]*</a>", re.IGNORECASE)
-_MAIN_HINT = re.compile(
-    r"""<main\b|\brole\s*=\s*["']?main\b|<div\b[^>]*\bclass\s*=\s*["']?(?:[^"'>]*\s)?body[\s"'>]""",
-    re.IGNORECASE,
-)
-
-
-class _StopParsing(Exception):
-    """Raised once the main content region has closed: nothing after it can be emitted."""
 
 
 @dataclass(slots=True)
@@ -56,7 +47,6 @@ class _Open:
 
     tag: str
     skip: bool = False
-    main: bool = False
     unit: bool = False
     heading: int = 0
     section: HeadingState | None = None
@@ -117,17 +107,16 @@ class _TableCtx:
     row_all_th: bool = True
     in_head: bool = False
     body_rows: int = 0
+    row_keyed: bool = False  # the current row starts with a header cell (<th>Syntax:</th><td>...)
+    pending: list[tuple[str, bool]] = field(default_factory=list)  # (line, keyed) rows of a headerless table
 
 
 class _HtmlReader(HTMLParser):
-    def __init__(self, main_only: bool) -> None:
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.b = UnitBuilder()
-        self.main_only = main_only
-        self.saw_main = False
         self._stack: list[_Open] = []
         self._skip = 0
-        self._in_main = 0
         self._units: list[_OpenUnit] = []
         self._lists: list[_ListCtx] = []
         self._dls: list[_DlCtx] = []
@@ -139,7 +128,7 @@ class _HtmlReader(HTMLParser):
 
     @property
     def _active(self) -> bool:
-        return not self._skip and (self._in_main > 0 or not self.main_only)
+        return not self._skip
 
     def _open_unit(self, kind: Kind, group: int = -1, implicit: bool = False) -> _OpenUnit:
         self._close_implicit()
@@ -198,20 +187,9 @@ class _HtmlReader(HTMLParser):
             return
         a = dict(attrs)
         classes = (a.get("class") or "").split()
-        if (
-            tag in _SKIP_TAGS
-            or a.get("role") in _SKIP_ROLES
-            or "hidden" in a
-            or (tag == "a" and "headerlink" in classes)
-        ):
+        if tag in _SKIP_TAGS or "hidden" in a:
             el.skip = True
             self._skip += 1
-            return
-        if self.main_only and not self._in_main:
-            if tag == "main" or a.get("role") == "main" or (tag == "div" and "body" in classes):
-                el.main = True
-                self._in_main += 1
-                self.saw_main = True
             return
         self._start(el, tag, a, classes)
 
@@ -227,7 +205,7 @@ class _HtmlReader(HTMLParser):
                 return
 
     def handle_data(self, data: str) -> None:
-        if self._skip or (self.main_only and not self._in_main):
+        if self._skip:
             return
         if self._cell is not None:
             self._cell.append(data)
@@ -328,6 +306,8 @@ class _HtmlReader(HTMLParser):
                 if table.row is None:
                     table.row, table.row_all_th = [], True
                 table.row_all_th = table.row_all_th and tag == "th"
+                if not table.row:
+                    table.row_keyed = tag == "th"
                 el.cell = True
                 self._cell = []
                 table.row.append("")
@@ -378,10 +358,6 @@ class _HtmlReader(HTMLParser):
         if el.skip:
             self._skip -= 1
             return
-        if el.main:
-            self._in_main -= 1
-            self._close_implicit()
-            raise _StopParsing
         if el.tag in _BLOCK_TAGS:
             self._close_implicit()
         if el.heading and self._heading is not None:
@@ -429,6 +405,9 @@ class _HtmlReader(HTMLParser):
             table.header.append(row_line(row))
             return
         table.body_rows += 1
+        if table.owner is None and not table.header:
+            table.pending.append((row_line(row), table.row_keyed and len(row) > 1))
+            return
         self._emit_row(table, row_line(row))
 
     def _emit_row(self, table: _TableCtx, line: str) -> None:
@@ -449,6 +428,13 @@ class _HtmlReader(HTMLParser):
         self._finish_row(table)
         if table.body_rows == 0 and table.header:
             self._emit_row(table, "")
+        if table.pending and all(keyed for _, keyed in table.pending):
+            # A property sheet (every row "<th>Syntax:</th><td>...</td>", no header row) is one unit:
+            # alone, "| Default: | None |" does not say what it is the default of.
+            self.b.unit("row", [(line, False) for line, _ in table.pending], group=table.group)
+        else:
+            for line, _ in table.pending:
+                self._emit_row(table, line)
 
     def finish(self) -> list[Unit]:
         self.close()
@@ -459,21 +445,15 @@ class _HtmlReader(HTMLParser):
 
 
 def read_html(content: str, title: str = "") -> list[Unit]:
-    content = _INLINE_TAGS.sub("", _HEADERLINK.sub("", content))
-    main_only = bool(_MAIN_HINT.search(content))
-    units = _parse(content, main_only)
-    if main_only and not any(u.parts or u.prefix for u in units):
-        units = _parse(content, False)
+    """Units of the page's main content; the whole page when cutting the frame would leave nothing."""
+    content = _INLINE_TAGS.sub("", PERMALINK.sub("", _HEADERLINK.sub("", content)))
+    units = _parse(_LINK_TAGS.sub("", main_content(content)))
+    if not any(u.parts or u.prefix for u in units):
+        units = _parse(_LINK_TAGS.sub("", content))
     return units
 
 
-def _parse(content: str, main_only: bool) -> list[Unit]:
-    reader = _HtmlReader(main_only)
-    try:
-        reader.feed(content)
-        return reader.finish()
-    except _StopParsing:
-        reader._stack.clear()
-        while reader._units:
-            reader._units.pop().flush()
-        return reader.b.units
+def _parse(content: str) -> list[Unit]:
+    reader = _HtmlReader()
+    reader.feed(content)
+    return reader.finish()
