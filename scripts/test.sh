@@ -6,8 +6,14 @@ cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev]'
 
+# Stop on exit only what this run started: services already running belong to someone else.
+already_up=$(compose/local/services status 2>/dev/null | awk '$2 == "up" {print $1}' || true)
 compose/local/services up all
-trap 'compose/local/services down all >/dev/null 2>&1 || true' EXIT
+started=$(compose/local/services status | awk '$2 == "up" {print $1}' | grep -vxF -f <(printf '%s\n' $already_up) || true)
+if [ -n "$started" ]; then
+    # shellcheck disable=SC2086
+    trap "compose/local/services down $(echo $started) >/dev/null 2>&1 || true" EXIT
+fi
 
 ruff check .
 mypy
