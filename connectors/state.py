@@ -28,6 +28,12 @@ CREATE TABLE IF NOT EXISTS connector_docs (
     PRIMARY KEY (source, tenant, doc_id)
 );
 CREATE INDEX IF NOT EXISTS connector_docs_by_doc ON connector_docs (source, doc_id);
+CREATE TABLE IF NOT EXISTS connector_meta (
+    source TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (source, key)
+);
 """
 
 
@@ -106,6 +112,18 @@ class ConnectorState:
                 record.fingerprint,
                 int(record.deleted),
             ),
+        )
+
+    def meta(self, source: str, key: str) -> str | None:
+        """A per-source fact recorded by the last complete sync, e.g. the chunker its events were emitted for."""
+        rows = self._all("SELECT value FROM connector_meta WHERE source = ? AND key = ?", (source, key))
+        return str(rows[0][0]) if rows else None
+
+    def set_meta(self, source: str, key: str, value: str) -> None:
+        self._all(
+            "INSERT INTO connector_meta (source, key, value) VALUES (?, ?, ?)"
+            " ON CONFLICT (source, key) DO UPDATE SET value = excluded.value",
+            (source, key, value),
         )
 
     def close(self) -> None:

@@ -26,10 +26,17 @@ class SyncReport:
     reindexed: bool
 
 
-def needs_reindex(components: Components) -> bool:
-    """A changed chunker version re-chunks everything: passages must come from one chunker."""
-    versions = components.docs.chunker_versions()
-    return bool(versions) and versions != {CHUNKER_VERSION}
+def needs_reindex(state: ConnectorState, source: str) -> bool:
+    """A changed chunker version re-chunks everything: passages must come from one chunker.
+
+    Decided from the connector's own state (the chunker its last complete sync emitted for), not
+    from the stores, so a publishing sync opens nothing but the event log. A source with documents
+    but no recorded version (a home from before the record existed) is re-emitted once.
+    """
+    recorded = state.meta(source, "chunker_version")
+    if recorded is None:
+        return bool(state.live(source))
+    return recorded != CHUNKER_VERSION
 
 
 def sync_source(
@@ -47,12 +54,14 @@ def sync_source(
     Every event is durable before the connector records it as emitted. In the cluster profile
     `apply=False`: the Faust workers consume what the scan published.
     """
-    reindex = needs_reindex(components)
     state = ConnectorState(components.settings.home / "connectors.db")
     try:
+        reindex = needs_reindex(state, connector.name)
         report = asyncio.run(
             scan(connector, state, publish_durably(components.events), progress=on_scan, force=force or reindex)
         )
+        if not report.errors:  # every document was emitted under this chunker (or was unchanged under it)
+            state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
     finally:
         state.close()
     stats = None
