@@ -7,6 +7,7 @@ only scans and publishes to Kafka, an ask opens the read side, a worker the writ
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def test_cluster_sync_opens_only_kafka_and_ask_only_the_read_side(tmp_path: Path
         "RAGSYNC_ES_INDEX_PREFIX": tag,
         "RAGSYNC_REDIS_NAMESPACE": tag,
         "RAGSYNC_QDRANT_COLLECTION": tag,
-        "RAGSYNC_CONFIG": str(tmp_path / "none.toml"),
+        "RAGSYNC_CONFIG": os.devnull,
     }
     runner = CliRunner()
     out = runner.invoke(main, ["sync", str(drive), "--json"], env=env, catch_exceptions=False)
