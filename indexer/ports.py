@@ -21,6 +21,10 @@ from schemas.principal import AccessFilter
 Vectors = npt.NDArray[np.float32]
 
 
+class StoreUnavailable(RuntimeError):
+    """A store cannot be used at all (unreachable, incompatible, locked): the message is one line saying what to do."""
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     passage: Passage

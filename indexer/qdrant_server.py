@@ -1,14 +1,28 @@
-"""Cluster vector index: a Qdrant server (or qdrant-client's local mode) through qdrant-client.
+"""Cluster vector index: a Qdrant server through qdrant-client (or its local mode, one process only).
 
-Same semantics as the embedded `indexer.qdrant_edge` adapter, through the server API: one
-collection for all tenants, with `tenant` indexed as the tenant key (`is_tenant=True` lets the
-server lay points out per tenant), and the permission filter passed with the query as a payload
-filter, so the engine never scores a point the principal may not read. `score_threshold` is the
-dense ranker's floor. Every write uses `wait=True`: it is applied and searchable when the call
-returns, so a revocation is visible to the very next query.
+Layout: one collection for every tenant, the Qdrant way to do multitenancy. `tenant` is a keyword
+payload index with `is_tenant=True`, so the server stores each tenant's points together and plans
+tenant-filtered searches over that tenant's points alone; `acl` and `doc_id` are keyword indexes;
+`effective_from` and `superseded_on` are datetime indexes. The permission filter (tenant, ACL
+entries, validity at the as-of instant) travels inside `query_points`, so the engine never scores a
+point the principal may not read, and `score_threshold` is the dense ranker's floor.
 
-Point IDs come from `indexer.payload.point_id` (a UUID per tenant and passage), the payload from
-`indexer.payload.passage_to_doc`, exactly as in the embedded adapter.
+Why one collection rather than a collection per tenant: tenants here are many and uneven (a few
+large, a long tail of small ones). Every collection costs the server its own segments, WAL,
+optimizer threads and HNSW graph, and a new tenant would mean creating a collection (and its
+indexes) on the write path; Qdrant's guidance is one collection partitioned by a tenant key unless
+tenants need different vector configurations or hard resource isolation. A tenant is still never
+searched without its filter: `access_filter` always starts with the tenant condition, and a point
+ID is a UUID of (tenant, passage) so two tenants never share one.
+
+Writes: every write passes `wait=True`, so it is applied (and visible to the next search) when the
+call returns. For revocations and deletions that is the promise itself; for upserts it is what
+lets the sink record a document as applied only once every store shows it. ACL changes are
+payload-only (`set_payload` by filter on tenant+doc_id): the vectors are never re-uploaded.
+
+Versions: `connect` asks the server for its version before anything else and refuses a pair that
+qdrant-client does not support (major versions equal, minors at most one apart), with one line
+that says what to change, instead of the client's background warning and odd failures later.
 
 The adapter owns the client it is given and closes it in `close()`.
 """
@@ -16,15 +30,17 @@ The adapter owns the client it is given and closes it in `close()`.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 
 from qdrant_client import QdrantClient, models
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
-from indexer.ports import Hit, Vectors
+from indexer.ports import Hit, StoreUnavailable, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -39,6 +55,65 @@ _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams]
 
 _LOCAL_INDEX_WARNING = r"Payload indexes have no effect in the local Qdrant"
 """qdrant-client's local mode warns that it filters point by point; only its warning is silenced."""
+
+LOCAL_MODE_NOTE = "local mode is single-process: use a Qdrant server (RAGSYNC_QDRANT_URL) for workers and askers"
+
+
+class QdrantUnavailable(StoreUnavailable):
+    """The server cannot be used: unreachable, or a version qdrant-client does not support."""
+
+
+def client_version() -> str:
+    return importlib.metadata.version("qdrant-client")
+
+
+def compatible(client: str, server: str) -> bool:
+    """qdrant-client's own rule: same major version, minor versions at most one apart."""
+    try:
+        c_major, c_minor = (int(x) for x in client.split(".")[:2])
+        s_major, s_minor = (int(x) for x in server.split(".")[:2])
+    except ValueError:
+        return False
+    return c_major == s_major and abs(c_minor - s_minor) <= 1
+
+
+def version_problem(url: str, client: str, server: str) -> str | None:
+    """The one-line reason a client/server pair must not be used, or None when it may."""
+    if compatible(client, server):
+        return None
+    return (
+        f"Qdrant server at {url} is {server} but qdrant-client is {client}: their minor versions must be at"
+        f" most one apart (install qdrant-client {'.'.join(server.split('.')[:2])}.x, or run a matching server)"
+    )
+
+
+def connect(url: str, *, timeout_s: float = 10.0, client: str | None = None) -> QdrantClient:
+    """A client for the server at `url`, checked reachable and version-compatible first."""
+    qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
+    try:
+        server = qdrant.info().version
+    except Exception as exc:  # httpx/qdrant-client raise several types for a refused or broken connection
+        qdrant.close()
+        raise QdrantUnavailable(
+            f"Qdrant server not reachable at {url} ({type(exc).__name__}): start it with"
+            " `compose/local/services up qdrant` or set RAGSYNC_QDRANT_URL;"
+            " RAGSYNC_QDRANT_URL=local runs qdrant-client's local mode instead (one process only)"
+        ) from exc
+    problem = version_problem(url, client or client_version(), server)
+    if problem:
+        qdrant.close()
+        raise QdrantUnavailable(problem)
+    return qdrant
+
+
+def open_local(path: Path) -> QdrantClient:
+    """qdrant-client's local mode: the same API in-process, one process at a time per folder."""
+    try:
+        return QdrantClient(path=str(path))
+    except RuntimeError as exc:
+        if "already accessed" not in str(exc):
+            raise
+        raise QdrantUnavailable(f"Qdrant local storage {path} is open in another process ({LOCAL_MODE_NOTE})") from exc
 
 
 def _match(key: str, value: str) -> models.FieldCondition:
@@ -101,14 +176,19 @@ class QdrantVectorIndex:
             if size is not None and size != self.dim:
                 raise ValueError(f"collection {self.collection!r} has dimension {size}, the embedder {self.dim}")
         else:
-            self._client.create_collection(
-                self.collection,
-                vectors_config=models.VectorParams(size=self.dim, distance=models.Distance.COSINE),
-            )
+            with contextlib.suppress(Exception):  # another worker may create it at the same moment
+                self._client.create_collection(
+                    self.collection,
+                    vectors_config=models.VectorParams(size=self.dim, distance=models.Distance.COSINE),
+                )
+            if not self._client.collection_exists(self.collection):
+                raise QdrantUnavailable(f"could not create the Qdrant collection {self.collection!r}")
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning)
+            existing = self._client.get_collection(self.collection).payload_schema
             for field_name, schema in _INDEXED_FIELDS.items():
-                self._client.create_payload_index(self.collection, field_name, field_schema=schema, wait=True)
+                if field_name not in existing:
+                    self._client.create_payload_index(self.collection, field_name, field_schema=schema, wait=True)
 
     def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None:
         if not passages:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +20,20 @@ from ragsync.commands.sync import sync
 from ragsync.commands.token import token
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """Turns a store that cannot be used into its one-line message and exit status 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from indexer.ports import StoreUnavailable
+        from ragsync.commands.common import EXIT_FAILED, fail
+
+        try:
+            return super().invoke(ctx)
+        except StoreUnavailable as exc:
+            fail(str(exc), EXIT_FAILED)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--profile",
     type=click.Choice(["embedded", "cluster"]),

@@ -3,15 +3,36 @@
 Each adapter is built from Settings only and opened lazily by `ragsync.wiring.Components`, so a
 command touches only the services it needs (a publishing sync opens Kafka alone). Modules are
 imported inside each method so the embedded profile never needs the cluster libraries installed.
-Qdrant: a server when `qdrant_url` is set, otherwise qdrant-client's local mode under a path.
+Qdrant: the server at `qdrant_url` (default http://127.0.0.1:6333, what compose/local/services
+starts). qdrant-client's local mode is only an explicit choice, `qdrant_url = "local"` or a
+`qdrant_path` without a URL: it keeps the collection in a folder one process may open at a time,
+so it cannot serve a worker and askers at once; errors say so.
 """
 
 from __future__ import annotations
 
-from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, VectorIndex
+from pathlib import Path
+
+from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, StoreUnavailable, VectorIndex
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedder
 from streams.ports import EventLog
+
+DEFAULT_QDRANT_URL = "http://127.0.0.1:6333"
+LOCAL = "local"
+
+
+def qdrant_target(settings: Settings) -> str | Path:
+    """The server URL to use, or the folder of an explicitly chosen local mode."""
+    url = (settings.qdrant_url or "").strip()
+    if url.lower() == LOCAL or (not url and settings.qdrant_path is not None):
+        return settings.qdrant_path or settings.home / "qdrant-local"
+    if settings.qdrant_path is not None:
+        raise StoreUnavailable(
+            f"qdrant_url={url!r} and qdrant_path are both set: a path is for local mode only"
+            ' (qdrant_url = "local"); unset one of them'
+        )
+    return url or DEFAULT_QDRANT_URL
 
 
 class ClusterAdapters:
@@ -35,16 +56,11 @@ class ClusterAdapters:
         return build_embedder(self.settings)
 
     def vector(self, dim: int) -> VectorIndex:
-        from qdrant_client import QdrantClient
+        from indexer.qdrant_server import QdrantVectorIndex, connect, open_local
 
-        from indexer.qdrant_server import QdrantVectorIndex
-
-        s = self.settings
-        if s.qdrant_url:
-            client = QdrantClient(url=s.qdrant_url)
-        else:
-            client = QdrantClient(path=str(s.qdrant_path or s.home / "qdrant-local"))
-        return QdrantVectorIndex(client, dim, collection=s.qdrant_collection)
+        target = qdrant_target(self.settings)
+        client = open_local(target) if isinstance(target, Path) else connect(target)
+        return QdrantVectorIndex(client, dim, collection=self.settings.qdrant_collection)
 
     def cache(self) -> Cache:
         from indexer.redis_cache import RedisCache

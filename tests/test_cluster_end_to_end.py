@@ -1,7 +1,5 @@
-"""The whole job on the cluster profile through the real CLI: Kafka, a Faust worker, Elasticsearch, Redis.
-
-Dense retrieval is off here: without a Qdrant server, qdrant-client's local mode holds a file lock
-that a worker process and an asking process cannot share (the Qdrant adapter has its own suite).
+"""The whole job on the cluster profile through the real CLI, as the README runs it: Kafka, a Faust
+worker, Elasticsearch, the Qdrant server and Redis, with the embedding model loaded (dense retrieval on).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import require_service
+from conftest import MODEL_PATH, QDRANT_URL, require_service
 
 from ragsync.cli import main
 from ragsync.demo import build_drive
@@ -29,14 +27,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def cluster_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    for service in ("kafka", "elasticsearch", "redis"):
+    for service in ("kafka", "elasticsearch", "redis", "qdrant"):
         require_service(service)
+    if not (MODEL_PATH / "model.onnx").is_file():
+        pytest.fail(
+            f"no embedding model at {MODEL_PATH}: the cluster runs with dense retrieval (RAGSYNC_EMBED_MODEL_PATH)"
+        )
     tag = uuid.uuid4().hex[:8]
     env = {
         "RAGSYNC_PROFILE": "cluster",
         "RAGSYNC_HOME": str(tmp_path / "home"),
         "RAGSYNC_SESSION_SECRET": "cluster-secret",
-        "RAGSYNC_EMBED_MODEL_PATH": str(tmp_path / "no-model"),
+        "RAGSYNC_EMBED_MODEL_PATH": str(MODEL_PATH),
+        "RAGSYNC_QDRANT_URL": QDRANT_URL,
+        "RAGSYNC_QDRANT_COLLECTION": f"e2e{tag}",
         "RAGSYNC_KAFKA_TOPIC_PREFIX": f"e2e{tag}.",
         "RAGSYNC_ES_INDEX_PREFIX": f"e2e{tag}",
         "RAGSYNC_REDIS_NAMESPACE": f"e2e{tag}",
@@ -44,6 +48,7 @@ def cluster_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     }
     yield env
     from elasticsearch import Elasticsearch
+    from qdrant_client import QdrantClient
 
     es = Elasticsearch("http://127.0.0.1:9200")
     try:
@@ -52,6 +57,26 @@ def cluster_env(tmp_path: Path) -> Iterator[dict[str, str]]:
             es.indices.delete(index=",".join(names))
     finally:
         es.close()
+    qdrant = QdrantClient(url=QDRANT_URL, check_compatibility=False)
+    try:
+        qdrant.delete_collection(f"e2e{tag}")
+    finally:
+        qdrant.close()
+
+
+def points(env: dict[str, str], tenant: str, doc_id: str | None = None) -> int:
+    """What the Qdrant server itself holds, counted exactly (not through the adapter)."""
+    from qdrant_client import QdrantClient, models
+
+    must = [models.FieldCondition(key="tenant", match=models.MatchValue(value=tenant))]
+    if doc_id is not None:
+        must.append(models.FieldCondition(key="doc_id", match=models.MatchValue(value=doc_id)))
+    client = QdrantClient(url=env["RAGSYNC_QDRANT_URL"], check_compatibility=False)
+    try:
+        flt = models.Filter(must=must)
+        return int(client.count(env["RAGSYNC_QDRANT_COLLECTION"], count_filter=flt, exact=True).count)
+    finally:
+        client.close()
 
 
 def cli(env: dict[str, str], *args: str) -> Any:
@@ -61,7 +86,15 @@ def cli(env: dict[str, str], *args: str) -> Any:
 
 
 def ask(env: dict[str, str], token: str, question: str) -> dict[str, Any]:
-    return json.loads(cli(env, "ask", question, "--token", token, "--json"))
+    return json.loads(cli(env, "ask", question, "--token", token, "--json", "--show-trace"))
+
+
+def dense_ids(answer: dict[str, Any]) -> list[str]:
+    return [pid for search in answer["trace"]["searches"] for pid in search["dense_ids"]]
+
+
+def lexical_ids(answer: dict[str, Any]) -> list[str]:
+    return [pid for search in answer["trace"]["searches"] for pid in search["lexical_ids"]]
 
 
 def eventually(check: Any, timeout_s: float = 90, what: str = "") -> None:
@@ -87,14 +120,35 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         report = json.loads(cli(cluster_env, "sync", str(drive), "--json"))
         assert report["upserts"] == 4 and "applied" not in report, "the cluster sync only publishes"
         hal = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "hal", "--groups", "staff,hr").strip()
+        ann = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").strip()
+        gil = cli(cluster_env, "token", "issue", "--tenant", "globex", "--user", "gil", "--groups", "staff").strip()
         question = "What is the salary band for a senior engineer?"
         eventually(lambda: ask(cluster_env, hal, question)["answered"], what="the worker to index the drive")
+        eventually(lambda: points(cluster_env, "globex") > 0, 60, "the worker to index globex")
         answer = ask(cluster_env, hal, question)
         assert "90,000" in answer["answer"] and answer["claims"][0]["passage_id"].startswith("acme/hr/salaries.md@1#")
+        salaries_dense = [p for p in dense_ids(answer) if p.startswith("acme/hr/salaries.md@1#")]
+        assert salaries_dense, f"the dense ranker found no salaries passage: {answer['trace']['searches']}"
+        held = points(cluster_env, "acme", "acme/hr/salaries.md")
+        assert held >= len(set(salaries_dense)) > 0
+        assert points(cluster_env, "acme") >= 3 and points(cluster_env, "globex") >= 1
+
+        # Other principals: staff without hr, and another tenant, never get a salaries passage from either ranker.
+        for token, tenant in ((ann, "acme"), (gil, "globex")):
+            seen = ask(cluster_env, token, question)
+            ranked = dense_ids(seen) + lexical_ids(seen)
+            assert not any(p.startswith("acme/hr/") for p in ranked), ranked
+            assert all(p.startswith(f"{tenant}/") for p in ranked), ranked
+            assert "90,000" not in (seen["answer"] or "")
+        refunds = ask(cluster_env, gil, "What is the refund window?")
+        assert dense_ids(refunds) and all(p.startswith("globex/") for p in dense_ids(refunds))
 
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
         assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["acl_changes"] == 1
         eventually(lambda: not ask(cluster_env, hal, question)["answered"], 60, "the revocation")
+        revoked = ask(cluster_env, hal, question)
+        assert not any(p.startswith("acme/hr/") for p in dense_ids(revoked) + lexical_ids(revoked))
+        assert points(cluster_env, "acme", "acme/hr/salaries.md") == held, "an ACL change keeps the points"
 
         (drive / "acme/hr/salaries.md").unlink()
         assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["deletes"] == 1
@@ -105,7 +159,9 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
 
         eventually(audited, 60, "the deletion audit record")
         rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
-        assert "elasticsearch" in rows[0]["removed_at"]
+        assert {"elasticsearch", "qdrant"} <= set(rows[0]["removed_at"]), rows[0]
+        assert points(cluster_env, "acme", "acme/hr/salaries.md") == 0, "the server still holds deleted points"
+        assert points(cluster_env, "acme") > 0
     finally:
         worker.send_signal(signal.SIGTERM)
         try:

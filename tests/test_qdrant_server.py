@@ -1,0 +1,93 @@
+"""The Qdrant server adapter's connection rules: which Qdrant the cluster profile uses, version checks, local mode."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import MODEL_PATH, QDRANT_URL, require_service
+
+from indexer.ports import StoreUnavailable
+from indexer.qdrant_server import QdrantUnavailable, compatible, connect, open_local, version_problem
+from ragsync.cli import main
+from ragsync.cluster import DEFAULT_QDRANT_URL, qdrant_target
+from ragsync.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_compatibility_is_one_minor_version_apart() -> None:
+    assert compatible("1.19.1", "1.18.3") and compatible("1.19.1", "1.20.0") and compatible("1.18.0", "1.18.3")
+    assert not compatible("1.20.0", "1.18.3"), "qdrant-client 1.20 warns against a 1.18 server"
+    assert not compatible("2.0.0", "1.18.3") and not compatible("1.19.1", "dev")
+    message = version_problem("http://q:6333", "1.20.0", "1.18.3")
+    assert message is not None and "\n" not in message and "qdrant-client 1.18.x" in message
+    assert version_problem("http://q:6333", "1.19.1", "1.18.3") is None
+
+
+def test_the_cluster_profile_uses_the_server_unless_local_mode_is_asked_for(tmp_path: Path) -> None:
+    def target(**kw: object) -> object:
+        return qdrant_target(Settings(profile="cluster", home=tmp_path, **kw))  # type: ignore[arg-type]
+
+    assert target() == DEFAULT_QDRANT_URL == "http://127.0.0.1:6333"
+    assert target(qdrant_url="http://qdrant:6333") == "http://qdrant:6333"
+    assert target(qdrant_url="local") == tmp_path / "qdrant-local"
+    assert target(qdrant_path=tmp_path / "q") == tmp_path / "q"
+    assert target(qdrant_url="local", qdrant_path=tmp_path / "q") == tmp_path / "q"
+    with pytest.raises(StoreUnavailable, match="both set"):
+        target(qdrant_url="http://qdrant:6333", qdrant_path=tmp_path / "q")
+
+
+def test_connect_refuses_an_incompatible_server_in_one_line() -> None:
+    require_service("qdrant")
+    with pytest.raises(QdrantUnavailable) as err:
+        connect(QDRANT_URL, client="1.20.0")
+    assert "\n" not in str(err.value) and "is 1.18.3 but qdrant-client is 1.20.0" in str(err.value)
+    connect(QDRANT_URL).close()  # the pinned client is compatible with the shared server
+
+
+def test_connect_names_the_fix_when_nothing_listens() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(QdrantUnavailable) as err:
+        connect(url, timeout_s=2)
+    message = str(err.value)
+    assert "\n" not in message and url in message
+    assert "compose/local/services up qdrant" in message and "RAGSYNC_QDRANT_URL=local" in message
+
+
+def test_local_mode_says_it_is_single_process(tmp_path: Path) -> None:
+    first = open_local(tmp_path / "q")
+    try:
+        with pytest.raises(QdrantUnavailable, match="single-process"):
+            open_local(tmp_path / "q")
+    finally:
+        first.close()
+
+
+def test_cli_prints_one_line_when_qdrant_is_down(tmp_path: Path) -> None:
+    if not (MODEL_PATH / "model.onnx").is_file():
+        pytest.skip("the dense ranker (and so Qdrant) is opened only with a model")
+    require_service("elasticsearch")
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {
+        "RAGSYNC_PROFILE": "cluster",
+        "RAGSYNC_HOME": str(tmp_path / "home"),
+        "RAGSYNC_SESSION_SECRET": "s",
+        "RAGSYNC_EMBED_MODEL_PATH": str(MODEL_PATH),
+        "RAGSYNC_QDRANT_URL": url,
+        "RAGSYNC_ES_INDEX_PREFIX": f"qdown{os.getpid()}",
+        "RAGSYNC_CONFIG": os.devnull,
+    }
+    runner = CliRunner()
+    tok = runner.invoke(main, ["token", "issue", "--tenant", "acme", "--user", "u"], env=env).output.strip()
+    result = runner.invoke(main, ["ask", "anything?", "--token", tok], env=env)
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"error: Qdrant server not reachable at {url}"), result.output
