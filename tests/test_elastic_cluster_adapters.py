@@ -89,7 +89,7 @@ def test_qdrant_collection_dimension_is_checked_and_local_warning_silenced(tmp_p
 
 
 def test_build_cluster_wires_the_cluster_adapters(tmp_path: Path) -> None:
-    for service in ("elasticsearch", "redis", "kafka"):
+    for service in ("elasticsearch", "redis", "kafka", "qdrant"):
         require_service(service)
     from indexer.elastic import ElasticLexicalIndex
     from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
@@ -100,7 +100,12 @@ def test_build_cluster_wires_the_cluster_adapters(tmp_path: Path) -> None:
     from streams.kafka_log import KafkaEventLog
 
     settings = Settings(
-        profile="cluster", home=tmp_path / "home", kafka_topic_prefix=unique("t") + ".", es_bm25_k1=1.1, es_bm25_b=0.6
+        profile="cluster",
+        home=tmp_path / "home",
+        kafka_topic_prefix=unique("t") + ".",
+        es_bm25_k1=1.1,
+        es_bm25_b=0.6,
+        qdrant_collection=unique("wiring_"),
     )
     components = build_cluster(settings, with_embedder=settings.embed_model_path is not None)
     try:
@@ -112,8 +117,11 @@ def test_build_cluster_wires_the_cluster_adapters(tmp_path: Path) -> None:
         assert isinstance(components.audit, ElasticDeletionAudit)
         if components.embedder is not None:
             assert isinstance(components.vector, QdrantVectorIndex)
-            assert components.vector.local and components.vector.dim == components.embedder.dim
-            assert (settings.home / "qdrant-local").is_dir()
+            assert not components.vector.local, "the cluster profile uses the Qdrant server by default"
+            assert components.vector.dim == components.embedder.dim
+            assert components.vector.collection == settings.qdrant_collection
+            assert not (settings.home / "qdrant-local").exists()
+            components.vector.drop_all()
         else:
             assert components.vector is None
     finally:
