@@ -10,7 +10,9 @@ Why an alias: `<prefix>-<tenant>-passages` points at `<prefix>-<tenant>-passages
 re-mapping can build `-v2` and swap the alias without readers noticing. Writes pass
 `require_alias=true`, so a missing alias can never auto-create a dynamically mapped index.
 
-Queries are only `multi_match` over the analysed `text` and `heading` fields, built from at
+Queries are only `multi_match` over the analysed `text`, `heading` (the heading path) and
+`title_text` fields, each with its own boost (`FieldWeights`, the same weights as the SQLite
+adapter's FTS5 columns), built from at
 most 64 plain words (`indexer.text.query_terms`): user text never reaches a query parser, so
 `tenant:globex` or `acl:*` are two words searched inside the principal's own tenant. The
 permission filter (tenant, ACL entries, as-of validity) sits in `bool.filter` of the same
@@ -44,7 +46,7 @@ from typing import Any
 from elasticsearch import BadRequestError, Elasticsearch
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc
-from indexer.ports import Hit
+from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit
 from indexer.text import query_terms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
@@ -54,8 +56,6 @@ log = logging.getLogger(__name__)
 INDEX_GENERATION = 1
 """Suffix of the concrete index behind each tenant alias (`-v1`); bump it with a new mapping."""
 
-HEADING_BOOST = 2.0
-"""Weight of the heading (title + heading path) against 1.0 for the body, as in the SQLite adapter."""
 
 BULK_CHUNK = 500
 """Operations per `_bulk` request: bounds request size for large documents."""
@@ -177,8 +177,13 @@ def passage_mapping(prefix: str, tenant: str, chunker_versions: Sequence[str]) -
             "title": {"type": "keyword", "index": False, "doc_values": False},
             "text": {"type": "text", "analyzer": "standard"},
             "heading": {"type": "text", "analyzer": "standard"},
+            **_SEARCH_FIELDS_ADDED,
         },
     }
+
+
+_SEARCH_FIELDS_ADDED: dict[str, Any] = {"title_text": {"type": "text", "analyzer": "standard"}}
+"""Searchable fields added after generation 1 was created: put into existing mappings on first use."""
 
 
 def _meta(prefix: str, tenant: str, chunker_versions: Sequence[str]) -> dict[str, Any]:
@@ -217,8 +222,10 @@ class ElasticLexicalIndex:
         k1: float = 1.2,
         b: float = 0.75,
         refresh: str = "wait_for",
+        weights: FieldWeights = DEFAULT_FIELD_WEIGHTS,
     ) -> None:
         self._es = connect(url)
+        self.weights = weights
         self.prefix = check_prefix(prefix)
         self.k1 = k1
         self.b = b
@@ -283,6 +290,13 @@ class ElasticLexicalIndex:
                     raise
                 # another writer created it concurrently: fall through and read its _meta
         mapping = self._es.indices.get_mapping(index=alias)
+        if any(
+            field not in body["mappings"].get("properties", {})
+            for body in mapping.values()
+            for field in _SEARCH_FIELDS_ADDED
+        ):
+            # Adding a field to a strict mapping is allowed; older passages lack it until re-indexed.
+            self._es.indices.put_mapping(index=alias, properties=_SEARCH_FIELDS_ADDED)
         recorded: set[str] = set()
         for body in mapping.values():
             recorded.update(body["mappings"].get("_meta", {}).get("chunker_versions", []))
@@ -319,7 +333,8 @@ class ElasticLexicalIndex:
             ops: list[dict[str, Any]] = []
             for p in group:
                 doc = passage_to_doc(p)
-                doc["heading"] = " ".join((p.title, *p.heading_path)).strip()
+                doc["heading"] = " ".join(p.heading_path)
+                doc["title_text"] = p.title
                 ops.append({"index": {"_index": alias, "_id": doc_key(p.passage_id)}})
                 ops.append(doc)
             self._bulk(ops, refresh=self._refresh)
@@ -446,10 +461,11 @@ class ElasticLexicalIndex:
         text = self.query_text(query)
         if not text or not access.entries or limit <= 0:
             return []
+        w = self.weights
         match = {
             "multi_match": {
                 "query": text,
-                "fields": ["text", f"heading^{HEADING_BOOST:g}"],
+                "fields": [f"text^{w.text:g}", f"heading^{w.heading:g}", f"title_text^{w.title:g}"],
                 "type": "most_fields",
                 "operator": "or",
             }
@@ -461,7 +477,7 @@ class ElasticLexicalIndex:
             size=limit,
             sort=[{"_score": "desc"}, {"passage_id": "asc"}],
             track_scores=True,
-            source_excludes=["heading"],
+            source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
             ignore_unavailable=True,
             allow_no_indices=True,
         )

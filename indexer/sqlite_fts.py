@@ -4,6 +4,12 @@ One FTS table per tenant keeps BM25's collection statistics (document frequencie
 length) from mixing tenants, the same reason the Elasticsearch adapter keeps one index per
 tenant. The permission filter is part of the same SQL statement as MATCH, so a denied row is
 never returned or cached; it only contributes to its own tenant's statistics, as in any index.
+
+Title, heading path and body are three FTS columns weighted apart (`FieldWeights`): a section
+heading names the topic of its passages, and the page title does too, but a title is shared by
+every passage of the page (and often ends in a site-wide suffix), so it gets its own column, its
+own length normalisation and a weight of its own instead of inflating the heading's. Tables made
+before the title had a column (`heading, text`) are rebuilt from the `passages` table on open.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from indexer.ports import Hit
+from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit
 from indexer.text import query_terms
 from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
@@ -49,12 +55,16 @@ CREATE TABLE IF NOT EXISTS passage_acl (
 CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
 """
 
-HEADING_WEIGHT = 2.0
-"""bm25() column weight of the heading path against 1.0 for the body: headings name the topic."""
+FTS_COLUMNS = "title, heading, text"
+"""Column layout of every FTS table; a table with another layout is rebuilt (see `_migrate`)."""
 
 
 def _fts_name(tenant: str) -> str:
-    return "fts_" + hashlib.sha1(tenant.encode()).hexdigest()[:16]
+    return "fts3c_" + hashlib.sha1(tenant.encode()).hexdigest()[:16]
+
+
+def _fts_row(p: Passage) -> tuple[str, str, str]:
+    return (p.title, " ".join(p.heading_path), p.text)
 
 
 def _match_expression(query: str) -> str | None:
@@ -68,13 +78,40 @@ def _match_expression(query: str) -> str | None:
 class SqliteLexicalIndex:
     name = "sqlite-fts5"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, weights: FieldWeights = DEFAULT_FIELD_WEIGHTS) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.weights = weights
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.RLock()
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Rebuild FTS tables of an older column layout from the passages table, in one transaction."""
+        with self._lock:
+            rows = self._conn.execute("SELECT tenant, name FROM fts_tables").fetchall()
+            stale = [(str(t), str(n)) for t, n in rows if str(n) != _fts_name(str(t))]
+            if not stale:
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for tenant, old in stale:
+                    new = _fts_name(tenant)
+                    self._conn.execute(f"DROP TABLE IF EXISTS {old}")
+                    self._conn.execute("DELETE FROM fts_tables WHERE tenant = ?", (tenant,))
+                    self._fts(tenant, create=True)
+                    self._conn.execute(
+                        f"INSERT INTO {new}(rowid, title, heading, text)"
+                        " SELECT rid, title, (SELECT group_concat(value, ' ') FROM json_each(heading_path)), text"
+                        " FROM passages WHERE tenant = ?",
+                        (tenant,),
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
 
     def _fts(self, tenant: str, create: bool) -> str | None:
         name = _fts_name(tenant)
@@ -84,7 +121,7 @@ class SqliteLexicalIndex:
         if not create:
             return None
         self._conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(heading, text, tokenize='porter unicode61')"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='porter unicode61')"
         )
         self._conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
         return name
@@ -123,8 +160,7 @@ class SqliteLexicalIndex:
                         "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(p.acl)]
                     )
                     self._conn.execute(
-                        f"INSERT INTO {fts}(rowid, heading, text) VALUES (?, ?, ?)",
-                        (rid, " ".join((p.title, *p.heading_path)), p.text),
+                        f"INSERT INTO {fts}(rowid, title, heading, text) VALUES (?, ?, ?, ?)", (rid, *_fts_row(p))
                     )
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -202,10 +238,11 @@ class SqliteLexicalIndex:
             if fts is None:
                 return []
             as_of = to_epoch_ms(access.as_of)
+            w = self.weights
             marks = ",".join("?" for _ in access.entries)
             sql = (
                 "SELECT * FROM ("
-                f" SELECT p.*, -bm25({fts}, {HEADING_WEIGHT}, 1.0) AS score"
+                f" SELECT p.*, -bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}) AS score"
                 f" FROM {fts} JOIN passages p ON p.rid = {fts}.rowid"
                 f" WHERE {fts} MATCH ? AND p.tenant = ?"
                 " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"

@@ -6,6 +6,7 @@ or an abstention. No schema has a tenant, group or user field, so a model cannot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -100,3 +101,21 @@ class Model(Protocol):
     name: str
 
     def decide(self, turn: ModelTurn) -> ToolCall: ...
+
+
+class Reranker(Protocol):
+    """Scores (question, passage) pairs jointly, as a cross-encoder does; higher is more relevant.
+
+    It sees only passages the rankers already returned for the principal, so it can reorder but
+    never widen what a principal is shown.
+    """
+
+    name: str
+
+    def score(self, query: str, passages: Sequence[RerankInput]) -> list[float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RerankInput:
+    heading: str
+    text: str

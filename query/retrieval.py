@@ -1,4 +1,5 @@
-"""Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF.
+"""Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF,
+then (when a cross-encoder is configured) the fused top `rerank_depth` reordered by it.
 
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
 may not read. Results are cached under a key of tenant, user, sorted groups, query, as-of and
@@ -15,6 +16,7 @@ from datetime import datetime
 
 from indexer.cache import cache_key
 from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
+from query.ports import Reranker, RerankInput
 from query.rrf import RRF_K, fuse
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
@@ -30,6 +32,18 @@ class RetrievalSettings:
     dense_floor: float = 0.30
     rrf_k: int = RRF_K
     cache_ttl_s: float = 60.0
+    rerank_depth: int = 20
+
+
+@dataclass
+class Ranking:
+    """Every stage's list for one query: what `search` cuts to k, and what evaluation measures."""
+
+    lexical: list[Hit]
+    dense: list[Hit]
+    fused: list[tuple[str, float]]  # every candidate, RRF order, then reranked at the top when a reranker is set
+    passages: dict[str, Passage]
+    reranked: bool = False
 
 
 @dataclass
@@ -71,7 +85,9 @@ class Retriever:
         embedder: Embedder | None,
         cache: Cache | None,
         settings: RetrievalSettings | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
+        self.reranker = reranker
         self.lexical = lexical
         self.vector = vector if embedder is not None else None
         self.embedder = embedder
@@ -91,6 +107,27 @@ class Retriever:
         vector = self.embedder.embed_query(query)
         return self.vector.search(vector, access, limit or self.settings.candidates, self.settings.dense_floor)
 
+    def rank(self, query: str, access: AccessFilter) -> Ranking:
+        """Both rankers, fusion over all their candidates, and the reranker over the fused top."""
+        lexical = self.lexical_hits(query, access)
+        dense = self.dense_hits(query, access)
+        by_id: dict[str, Passage] = {}
+        for h in (*lexical, *dense):
+            by_id.setdefault(h.passage.passage_id, h.passage)
+        fused = fuse(
+            [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]], k=self.settings.rrf_k
+        )
+        ranking = Ranking(lexical, dense, fused, by_id)
+        if self.reranker is not None and fused:
+            depth = max(self.settings.rerank_depth, 1)
+            head = fused[:depth]
+            inputs = [RerankInput(" > ".join(by_id[pid].heading_path), by_id[pid].text) for pid, _ in head]
+            scores = self.reranker.score(query, inputs)
+            order = sorted(range(len(head)), key=lambda i: (-scores[i], i))  # ties keep the fused order
+            ranking.fused = [(head[i][0], scores[i]) for i in order] + fused[depth:]
+            ranking.reranked = True
+        return ranking
+
     def search(self, principal: Principal, query: str, as_of: datetime, k: int | None = None) -> Retrieval:
         started = time.perf_counter()
         top = k or self.settings.k
@@ -103,18 +140,12 @@ class Retriever:
                 hit = Retrieval.from_json(raw)
                 hit.elapsed_ms = (time.perf_counter() - started) * 1000
                 return hit
-        lexical = self.lexical_hits(query, access)
-        dense = self.dense_hits(query, access)
-        by_id: dict[str, Passage] = {}
-        for h in (*lexical, *dense):
-            by_id.setdefault(h.passage.passage_id, h.passage)
-        lexical_ids = [h.passage.passage_id for h in lexical]
-        dense_ids = [h.passage.passage_id for h in dense]
-        fused = fuse([lexical_ids, dense_ids], k=self.settings.rrf_k, top=top)
+        ranking = self.rank(query, access)
+        fused = ranking.fused[:top]
         result = Retrieval(
-            passages=[by_id[pid] for pid, _ in fused],
-            lexical_ids=lexical_ids,
-            dense_ids=dense_ids,
+            passages=[ranking.passages[pid] for pid, _ in fused],
+            lexical_ids=[h.passage.passage_id for h in ranking.lexical],
+            dense_ids=[h.passage.passage_id for h in ranking.dense],
             fused=fused,
         )
         if self.cache is not None and key is not None:

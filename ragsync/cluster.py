@@ -15,7 +15,7 @@ from pathlib import Path
 
 from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, StoreUnavailable, VectorIndex
 from ragsync.settings import Settings
-from ragsync.wiring import Components, build_embedder
+from ragsync.wiring import Components, build_embedder, field_weights
 from streams.ports import EventLog
 
 DEFAULT_QDRANT_URL = "http://127.0.0.1:6333"
@@ -50,7 +50,9 @@ class ClusterAdapters:
         from indexer.elastic import ElasticLexicalIndex
 
         s = self.settings
-        return ElasticLexicalIndex(s.es_url, prefix=s.es_index_prefix, k1=s.es_bm25_k1, b=s.es_bm25_b)
+        return ElasticLexicalIndex(
+            s.es_url, prefix=s.es_index_prefix, k1=s.es_bm25_k1, b=s.es_bm25_b, weights=field_weights(s)
+        )
 
     def embedder(self) -> Embedder | None:
         return build_embedder(self.settings)

@@ -72,8 +72,14 @@ class Settings(BaseSettings):
     top_k: int = 8
     candidates: int = 50
     bm25_floor: float = 0.0
+    bm25_title_weight: float = 0.5  # lexical field weights (FTS5 columns, Elasticsearch boosts); body is 1.0
+    bm25_heading_weight: float = 1.5
     dense_floor: float = 0.30
     rrf_k: int = 60
+    rerank_model_path: Path | None = (
+        None  # a local cross-encoder export (model.onnx + tokenizer.json); none: no reranking
+    )
+    rerank_depth: int = 20
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from indexer.cache import InProcessCache
 from indexer.embedder import CachedEmbedder, load_embedder
-from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, VectorIndex
+from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, FieldWeights, LexicalIndex, VectorIndex
 from indexer.sink import IndexSink
-from query.ports import Model
+from query.ports import Model, Reranker
 from query.retrieval import RetrievalSettings, Retriever
 from query.worker import QueryWorker, WorkerSettings
 from ragsync.settings import Settings
@@ -91,6 +91,12 @@ class Components:
     def audit(self) -> DeletionAudit:
         return self._open(self.factory.audit())  # type: ignore[no-any-return]
 
+    @cached_property
+    def reranker(self) -> Reranker | None:
+        from query.rerank import load_reranker
+
+        return load_reranker(self.settings.rerank_model_path)
+
     def opened(self) -> list[str]:
         """Names of the ports opened so far (tests check that a command opened only what it needs)."""
         ports = ("events", "lexical", "embedder", "vector", "cache", "docs", "audit")
@@ -121,7 +127,9 @@ class Components:
                 dense_floor=s.dense_floor,
                 rrf_k=s.rrf_k,
                 cache_ttl_s=s.cache_ttl_s,
+                rerank_depth=s.rerank_depth,
             ),
+            self.reranker,
         )
 
     def model(self) -> Model:
@@ -154,6 +162,10 @@ class Components:
         self.closers.clear()
 
 
+def field_weights(settings: Settings) -> FieldWeights:
+    return FieldWeights(title=settings.bm25_title_weight, heading=settings.bm25_heading_weight)
+
+
 def build_embedder(settings: Settings) -> Embedder | None:
     inner = load_embedder(
         settings.embed_model_path,
@@ -182,7 +194,7 @@ class EmbeddedAdapters:
     def lexical(self) -> LexicalIndex:
         from indexer.sqlite_fts import SqliteLexicalIndex
 
-        return SqliteLexicalIndex(self.home / "lexical.db")
+        return SqliteLexicalIndex(self.home / "lexical.db", field_weights(self.settings))
 
     def embedder(self) -> Embedder | None:
         return build_embedder(self.settings)

@@ -13,9 +13,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from indexer.ports import DocState, DocStateStore, Embedder, Hit, LexicalIndex, VectorIndex
-from query.ports import Model
+from query.ports import Model, Reranker
 from query.retrieval import Retrieval, RetrievalSettings, Retriever
-from query.rrf import fuse
 from query.worker import AskResult, QueryWorker, WorkerSettings, default_as_of
 from ragsync.evaluation.metrics import (
     KS,
@@ -52,7 +51,7 @@ class _RecordingRetriever(Retriever):
     """Keeps every passage the worker's searches returned, for the per-passage ACL re-check."""
 
     def __init__(self, base: Retriever) -> None:
-        super().__init__(base.lexical, base.vector, base.embedder, None, base.settings)
+        super().__init__(base.lexical, base.vector, base.embedder, None, base.settings, base.reranker)
         self.seen: list[Passage] = []
 
     def search(self, principal: Principal, query: str, as_of: datetime, k: int | None = None) -> Retrieval:
@@ -72,6 +71,7 @@ class EvalContext:
     model: Model
     retrieval: RetrievalSettings
     worker: WorkerSettings
+    reranker: Reranker | None = None
 
     @classmethod
     def from_components(cls, components: Components) -> EvalContext:
@@ -84,6 +84,7 @@ class EvalContext:
             model=base.model,
             retrieval=base.retriever.settings,
             worker=base.settings,
+            reranker=base.retriever.reranker,
         )
 
     @property
@@ -97,7 +98,7 @@ class Evaluator:
         self.ks = tuple(sorted(set(ks)))
         # No result cache: the loop and single runs ask the same first query, and a cache hit would
         # make the second run look faster than it is.
-        self.retriever = Retriever(ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval)
+        self.retriever = Retriever(ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval, ctx.reranker)
         self._states: dict[tuple[str, str], DocState | None] = {}
         self.tenants: list[str] = []
 
@@ -160,24 +161,16 @@ class Evaluator:
         access = AccessFilter.for_principal(principal, as_of)
         s = self.ctx.retrieval
 
-        lexical = self.ctx.lexical.search(q.question, access, s.candidates, s.bm25_floor)
+        # The Retriever's own stages (floored lists, fusion over every candidate, reranking of the fused
+        # top), so the metrics measure exactly what answers questions and ranks past k exist.
+        ranking = self.retriever.rank(q.question, access)
+        lexical, dense = ranking.lexical, ranking.dense
+        fused = [ranking.passages[pid] for pid, _ in ranking.fused]
         lexical_all = self.ctx.lexical.search(q.question, access, s.candidates, NO_BM25_FLOOR)
-        dense: list[Hit] = []
         dense_all: list[Hit] = []
         if self.ctx.vector is not None and self.ctx.embedder is not None:
             vector = self.ctx.embedder.embed_query(q.question)
-            dense = self.ctx.vector.search(vector, access, s.candidates, s.dense_floor)
             dense_all = self.ctx.vector.search(vector, access, s.candidates, NO_DENSE_FLOOR)
-        # Same lists and same fusion as Retriever.search; fused over every candidate so ranks past k exist.
-        by_id: dict[str, Passage] = {}
-        for h in (*lexical, *dense):
-            by_id.setdefault(h.passage.passage_id, h.passage)
-        fused = [
-            by_id[pid]
-            for pid, _ in fuse(
-                [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]], k=s.rrf_k
-            )
-        ]
         ranks: dict[str, list[int | None]] = {
             "bm25": span_ranks([h.passage for h in lexical], q.gold),
             "fused": span_ranks(fused, q.gold),

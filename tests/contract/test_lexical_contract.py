@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from conftest import NOW, make_passage
 
+from indexer.ports import FieldWeights
 from schemas.principal import AccessFilter
 
 STAFF = AccessFilter("acme", ("group:staff", "user:ann"), NOW)
@@ -181,3 +182,29 @@ def test_adversarial_queries_neither_error_nor_widen_scope(lexical_index: Any, q
     )
     hits = lexical_index.search(query, STAFF, 10, 0.0)
     assert all(h.passage.tenant == "acme" and "group:staff" in h.passage.acl for h in hits)
+
+
+def test_title_heading_and_body_are_weighted_apart(lexical_index: Any) -> None:
+    """Field weights apply at query time: each of title, heading path and body can lead or count for nothing."""
+    title_only = make_passage("Records are kept for seven years.", anchor="t-1").model_copy(
+        update={"title": "Retention schedule"}
+    )
+    heading_only = make_passage("Records are kept for seven years.", anchor="h-1", heading_path=("Retention",))
+    body_only = make_passage("Retention of records is seven years.", anchor="b-1")
+    # Fillers with a title and a heading give every field collection statistics, so "retention" has an idf > 0 in each.
+    fillers = [
+        make_passage(f"Unrelated filler text number {i}.", anchor=f"f-{i}", heading_path=("Filler",)).model_copy(
+            update={"title": "Filler page"}
+        )
+        for i in range(6)
+    ]
+    lexical_index.upsert([title_only, heading_only, body_only, *fillers])
+    assert set(ids(lexical_index.search("retention", STAFF, 10, 0.0))) == {
+        "doc.md@1#t-1",
+        "doc.md@1#h-1",
+        "doc.md@1#b-1",
+    }
+    lexical_index.weights = FieldWeights(title=0.0, heading=5.0, text=1.0)
+    assert ids(lexical_index.search("retention", STAFF, 10, 0.001)) == ["doc.md@1#h-1", "doc.md@1#b-1"]
+    lexical_index.weights = FieldWeights(title=5.0, heading=0.0, text=1.0)
+    assert ids(lexical_index.search("retention", STAFF, 10, 0.001)) == ["doc.md@1#t-1", "doc.md@1#b-1"]
