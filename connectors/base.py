@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from html.parser import HTMLParser
 from typing import Literal, Protocol
 
 from markdown_it import MarkdownIt
 
-from schemas._time import to_utc
+from indexer.text import html_for_parser
+from schemas.instants import parse_instant
 
 ContentType = Literal["markdown", "html", "text"]
 
@@ -53,16 +54,11 @@ class ContentMeta:
     effective_from: datetime | None = None
 
 
-def parse_effective_from(value: str) -> datetime:
-    """A date means midnight UTC; a datetime without offset is taken as UTC, like everywhere else."""
-    text = value.strip().strip("\"'").strip()
-    try:
-        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-            day = date.fromisoformat(text)
-            return to_utc(datetime(day.year, day.month, day.day))
-        return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
-    except ValueError:
-        raise ValueError(f"invalid effective_from {value.strip()!r} (expected YYYY-MM-DD or ISO 8601)") from None
+def parse_effective_from(value: object) -> datetime:
+    """A date means midnight UTC; a datetime without offset is taken as UTC (schemas.instants)."""
+    if isinstance(value, str):
+        value = value.strip().strip("\"'").strip()
+    return parse_instant(value, field="effective_from")
 
 
 def content_metadata(content_type: ContentType, text: str) -> ContentMeta:
@@ -163,7 +159,7 @@ class _HtmlMeta(HTMLParser):
 def _html_meta(text: str) -> ContentMeta:
     parser = _HtmlMeta()
     try:
-        parser.feed(text)
+        parser.feed(html_for_parser(text))
         parser.close()
     except _Done:
         pass

@@ -25,6 +25,19 @@ from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
 
 
+class _ContentError(Exception):
+    """A failure already phrased for the report ("cannot read: ...")."""
+
+
+def _describe(doc: SourceDocument, exc: Exception) -> str:
+    """ValueErrors carry messages meant for people; anything else is named by its type."""
+    if isinstance(exc, ValidationError):
+        return f"{doc.doc_id}: invalid document: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
+    if isinstance(exc, ValueError):
+        return f"{doc.doc_id}: {exc}"
+    return f"{doc.doc_id}: cannot index: {type(exc).__name__}: {exc}"
+
+
 @dataclass
 class ScanReport:
     upserts: int = 0
@@ -100,41 +113,50 @@ async def scan(
         ):
             report.unchanged += 1
             continue
-        try:
-            data = await doc.fetch()
-        except Exception as exc:  # any source failure: report it, and keep this scan from deleting
-            own_errors.append(f"{doc.doc_id}: cannot read: {exc}")
-            fetch_failed = True
-            continue
-        content_hash = hashlib.sha256(data).hexdigest()
         last_version = record.version if record is not None else 0
+        acl_changed = record_live is not None and record_live.acl != acl
+        event: Event | None = None
+        content_hash: str | None = None
         try:
+            try:
+                data = await doc.fetch()
+            except Exception as exc:  # any source failure: report it, and keep this scan from deleting
+                fetch_failed = True
+                raise _ContentError(f"cannot read: {exc}") from exc
+            content_hash = hashlib.sha256(data).hexdigest()
             if record_live is None or force or record_live.content_hash != content_hash:
-                event = build_event(
-                    source,
-                    doc.tenant,
-                    doc.doc_id,
-                    last_version + 1,
-                    upsert_payload(doc, data, content_hash, acl),
-                    now(),
-                )
-                report.upserts += 1
-            elif record_live.acl != acl:
-                event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
-                report.acl_changes += 1
-            else:
-                state.put(source, replace(record_live, fingerprint=doc.fingerprint))
-                report.unchanged += 1
+                payload = upsert_payload(doc, data, content_hash, acl)
+                event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, payload, now())
+        except Exception as exc:
+            # One document's bad content (an unreadable file, an impossible date, a parser bug) is
+            # that document's error, never a stopped scan. It is seen, so it is not deleted, and it
+            # keeps its last good content; but a new ACL does not depend on the content and is
+            # applied now: a revocation must never wait for someone to fix a typo in the text.
+            own_errors.append(f"{doc.doc_id}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
+            if not acl_changed or record_live is None:
                 continue
-        except (ValueError, ValidationError) as exc:
-            # The document is seen, so it is not deleted; its previous version stays as it was.
-            own_errors.append(f"{doc.doc_id}: {exc}")
+            content_hash = None
+        if event is not None:
+            report.upserts += 1
+        elif acl_changed and record_live is not None:
+            event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
+            report.acl_changes += 1
+        else:
+            assert record_live is not None
+            state.put(source, replace(record_live, fingerprint=doc.fingerprint))
+            report.unchanged += 1
             continue
         publish(event)
-        state.put(
-            source,
-            DocRecord(doc.tenant, doc.doc_id, event.version, content_hash, acl, doc.fingerprint, deleted=False),
-        )
+        if content_hash is None and record_live is not None:
+            # Only the ACL moved: the old content (and its fingerprint, so the next scan reads the
+            # file again and reports it again until it is fixed) stays as the last good one.
+            state.put(source, replace(record_live, version=event.version, acl=acl))
+        else:
+            assert content_hash is not None
+            state.put(
+                source,
+                DocRecord(doc.tenant, doc.doc_id, event.version, content_hash, acl, doc.fingerprint, deleted=False),
+            )
 
     report.errors = [*connector.errors, *own_errors]
     if connector.errors or fetch_failed:

@@ -62,18 +62,19 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from connectors.base import ContentType, SourceDocument, parse_effective_from
+from connectors.base import ContentType, SourceDocument
 from connectors.drive import TENANT_PATTERN, format_validation_error
 from connectors.scan import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
 from schemas.events import AclEntry, AclPayload, DeletePayload, Event, Identifier, UpsertPayload
+from schemas.instants import instant_validator
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +86,8 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 _SOURCE = re.compile(SOURCE_PATTERN)
 
 
-def _effective_from(value: object) -> object:
-    """The forms a date stated in content may take, with the same meaning (a bare date is midnight UTC)."""
-    return parse_effective_from(value) if isinstance(value, str) else value
-
-
-EffectiveFrom = Annotated[datetime, BeforeValidator(_effective_from)]
+EffectiveFrom = Annotated[datetime, instant_validator("effective_from")]
+"""The forms a date stated in content may take, with the same meaning (schemas.instants)."""
 
 
 class _Push(BaseModel):

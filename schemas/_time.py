@@ -5,15 +5,26 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+class InvalidInstant(ValueError):
+    """A date or time that cannot be read, or names no instant in UTC (see schemas.instants)."""
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 def to_utc(value: datetime) -> datetime:
-    """Naive datetimes are taken as UTC so a date typed on the CLI compares with stored instants."""
+    """Naive datetimes are taken as UTC so a date typed on the CLI compares with stored instants.
+
+    0001-01-01T00:00:00+14:00 has no UTC form (it is 13:00 on 31 December of year 0): that is an
+    InvalidInstant (a ValueError, so pydantic reports it as invalid input), never an OverflowError.
+    """
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInstant(f"{value.isoformat()} is out of range: it names no instant in UTC") from None
 
 
 def to_epoch_ms(value: datetime) -> int:

@@ -382,3 +382,93 @@ def test_content_metadata_forms() -> None:
     html = '<h1>Title<a class="headerlink">¶</a></h1><meta name="effective_from" content="2026-07-01">'
     assert content_metadata("html", html).title == "Title"
     assert content_metadata("text", "# x").title is None
+
+
+# ------------------------------------------------------------- one document, one error (issue 8 items 2, 3)
+
+
+async def test_out_of_range_date_is_that_documents_error_and_the_scan_goes_on(harness: Harness, drive: Path) -> None:
+    """Was an OverflowError that stopped every later sync, and every revocation and deletion with it."""
+    await harness.run()
+    (drive / "acme/policies/refunds.md").write_text(
+        "---\neffective_from: 0001-01-01T00:00:00+14:00\n---\n# Refund policy\n\nWithin 90 days.\n"
+    )
+    (drive / "globex/refunds.md").unlink()
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["user:ceo"]\n')
+    report, events = await harness.run()
+    assert sorted((e.doc_id, e.kind) for e in events) == [
+        ("acme/hr/notes.txt", EventKind.ACL),
+        ("acme/hr/salaries.md", EventKind.ACL),
+        ("globex/refunds.md", EventKind.DELETE),
+    ]
+    [error] = report.errors
+    assert error.startswith("acme/policies/refunds.md: effective_from '0001-01-01T00:00:00+14:00' is out of range")
+    assert not report.deletes_skipped
+
+
+async def test_an_unexpected_failure_on_one_document_is_reported_not_raised(
+    harness: Harness, drive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    scan_module = importlib.import_module("connectors.scan")  # `connectors.scan` is also the function
+    real = scan_module.content_metadata
+
+    def fragile(content_type: str, text: str) -> object:
+        if "Secret plans" in text:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real(content_type, text)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scan_module, "content_metadata", fragile)
+    report, events = await harness.run()
+    assert len(events) == 5 and "acme/board.md" not in by_doc(events)
+    assert report.errors == ["acme/board.md: cannot index: RecursionError: maximum recursion depth exceeded"]
+
+
+async def test_acl_change_is_applied_when_the_same_edit_breaks_the_content(harness: Harness, drive: Path) -> None:
+    """Issue 8 item 3: the revocation was dropped with the unreadable content; old readers kept reading."""
+    await harness.run()
+    path = drive / "acme/hr/salaries.md"
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr"]\n')
+    path.write_text("---\neffective_from: next tuesday\n---\n# Salary bands\n\nSenior: 95,000.\n")
+    report, events = await harness.run()
+    by = by_doc(events)
+    assert set(by) == {"acme/hr/notes.txt", "acme/hr/salaries.md"}
+    assert by["acme/hr/salaries.md"].kind is EventKind.ACL and by["acme/hr/salaries.md"].version == 2
+    assert by["acme/hr/salaries.md"].payload == AclPayload(acl=("group:hr",))
+    [error] = report.errors
+    assert "acme/hr/salaries.md" in error and "next tuesday" in error
+
+    report, events = await harness.run()
+    assert events == [] and len(report.errors) == 1, "still broken: reported again, nothing re-emitted"
+
+    path.write_text("# Salary bands\n\nSenior: 95,000.\n")
+    report, events = await harness.run()
+    [fixed] = events
+    assert (fixed.kind, fixed.version, upsert(fixed).acl) == (EventKind.UPSERT, 3, ("group:hr",))
+    assert "95,000" in upsert(fixed).content and report.errors == []
+
+
+async def test_acl_change_is_applied_when_the_file_cannot_be_read(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')  # board.md: staff
+
+    class Unreadable(DriveConnector):
+        async def documents(self) -> AsyncIterator[SourceDocument]:
+            async for doc in super().documents():
+                if doc.doc_id == "acme/board.md":
+
+                    async def fail() -> bytes:
+                        raise PermissionError("permission denied")
+
+                    doc = replace(doc, fetch=fail)
+                yield doc
+
+    (drive / "acme/board.md").write_text("# Board minutes\n\nChanged.\n")
+    report, events = await harness.run(Unreadable(drive))
+    [event] = events
+    assert (event.doc_id, event.kind) == ("acme/board.md", EventKind.ACL)
+    assert event.payload == AclPayload(acl=("group:staff",))
+    assert report.errors == ["acme/board.md: cannot read: permission denied"] and report.deletes_skipped
+    _, events = await harness.run()
+    assert [(e.kind, "Changed." in upsert(e).content) for e in events] == [(EventKind.UPSERT, True)]

@@ -227,6 +227,8 @@ def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
         ({**REFUNDS, "sequence": "7"}, "upsert.sequence: Input should be a valid integer"),  # strict: no coercion
         ({**REFUNDS, "content_type": "pdf"}, "upsert.content_type"),
         ({**REFUNDS, "content": "---\neffective_from: 2026-13-01\n---\n# x\n"}, "2026-13-01"),
+        ({**REFUNDS, "effective_from": "0001-01-01T00:00:00+14:00"}, "is out of range"),  # was HTTP 500
+        ({**REFUNDS, "content": "---\neffective_from: 0001-01-01T00:00:00+14:00\n---\n# x\n"}, "out of range"),
     ],
 )
 def test_invalid_push_is_422_with_a_clear_message(hook: Hook, body: dict[str, Any] | bytes, message: str) -> None:

@@ -88,11 +88,12 @@ _CREDIT = re.compile(
 )
 _CREDIT_MAX_WORDS = 40
 PERMALINK = re.compile(
-    r"""<a\b[^>]*\bhref\s*=\s*["']#[^"'>]*["'][^>]*>\s*(?:¶|#|§|🔗|&para;|&#182;|&sect;|&#167;)?\s*</a\s*>""",
+    r"""<a\b(?=[^<>]*?\bhref\s*=\s*["']#[^"'<>]*["'])[^<>]*+>\s*(?:¶|#|§|🔗|&para;|&#182;|&sect;|&#167;)?\s*</a\s*>""",
     re.IGNORECASE,
 )
 """A link to an in-page anchor showing only a symbol or nothing: a permalink marker, never content."""
-_LINK_START = re.compile(r"""<a\b(?:[^>"']++|"[^"]*+"|'[^']*+')*+>""", re.IGNORECASE)
+# A tag's body never spans a "<" (linear on "<a <a <a ... >", issue 8 item 7).
+_LINK_START = re.compile(r"""<a\b(?:[^<>"']++|"[^"<>]*+"|'[^'<>]*+')*+>""", re.IGNORECASE)
 _LINK_END = re.compile(r"</a\s*>", re.IGNORECASE)
 _LINK_OPEN, _LINK_CLOSE = "\x01", "\x02"
 _LINK_MARKS = re.compile("([\x01\x02])")

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 
 from indexer.chunking.boilerplate import PERMALINK, main_content
 from indexer.chunking.units import HeadingState, Kind, Unit, UnitBuilder, collapse, row_line
+from indexer.text import html_for_parser
 
 # Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
 _SKIP_TAGS = frozenset({"script", "style", "head", "noscript", "template", "svg", "button", "select"})
@@ -35,10 +36,12 @@ _P_SCOPE = frozenset({"table", "td", "th", "li", "dd", "dt", "blockquote", "butt
 # Sphinx pages, where every token of highlighted code and every cross-reference is wrapped in spans.
 # Links are kept for the boilerplate pass (link density), then removed like the other inline tags.
 _INLINE = r"abbr|b|cite|code|dfn|em|font|i|kbd|mark|q|s|samp|small|span|strong|sub|sup|tt|u|var"
-_ATTRS = r"""\b(?:[^>"']++|"[^"]*+"|'[^']*+')*+>"""
+# Linear on any input: a tag's body never spans a "<", so "<a <a <a ... >" is not rescanned once per
+# "<a" (issue 8 item 7); an attribute value holding "<" or ">" leaves its tag to the parser.
+_ATTRS = r"""\b(?:[^<>"']++|"[^"<>]*+"|'[^'<>]*+')*+>"""
 _INLINE_TAGS = re.compile(rf"<(?:/\s*)?(?:{_INLINE}){_ATTRS}", re.IGNORECASE)
 _LINK_TAGS = re.compile(rf"<(?:/\s*)?a{_ATTRS}", re.IGNORECASE)
-_HEADERLINK = re.compile(r"<a\b[^>]*\bheaderlink\b[^>]*>[^<]*</a>", re.IGNORECASE)
+_HEADERLINK = re.compile(r"<a\b(?=[^<>]*?\bheaderlink\b)[^<>]*+>[^<]*+</a>", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -446,6 +449,7 @@ class _HtmlReader(HTMLParser):
 
 def read_html(content: str, title: str = "") -> list[Unit]:
     """Units of the page's main content; the whole page when cutting the frame would leave nothing."""
+    content = html_for_parser(content)  # HTMLParser is quadratic on constructs left open at the end
     content = _INLINE_TAGS.sub("", PERMALINK.sub("", _HEADERLINK.sub("", content)))
     units = _parse(_LINK_TAGS.sub("", main_content(content)))
     if not any(u.parts or u.prefix for u in units):

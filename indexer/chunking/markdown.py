@@ -9,10 +9,12 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from indexer.chunking.units import Unit, UnitBuilder, collapse, row_line
+from indexer.text import html_for_parser
 
 _MD = MarkdownIt("commonmark").enable("table")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
-_TAG = re.compile(r"<!--.*?-->|<[^>]*>", re.DOTALL)
+_TAG = re.compile(r"<!--(?:[^-]++|-(?!->))*+-->|<[^<>]*+>")
+"""Linear (with html_for_parser first): an unclosed "<" fails at the next "<", not at the end."""
 
 
 def _strip_front_matter(content: str) -> str:
@@ -107,7 +109,7 @@ def _md_blocks(tokens: list[Token], start: int, stop: int, depth: int) -> list[t
         elif tok.type == "blockquote_open":
             parts.extend(_md_blocks(tokens, j + 1, end - 1, depth))
         elif tok.type == "html_block":
-            parts.append((collapse(html.unescape(_TAG.sub(" ", tok.content))), False))
+            parts.append((collapse(html.unescape(_TAG.sub(" ", html_for_parser(tok.content)))), False))
         j = end
     return [p for p in parts if p[0].strip()]
 
