@@ -1,15 +1,18 @@
 """The HTTP API behind `ragsync serve`: backends forward a user's question with that user's session token.
 
-POST /v1/ask   Authorization: Bearer <session token>, JSON {"question": str, "as_of": ISO datetime?}
-               -> AskResult.public(): claims with quotes and source URLs, or the generic abstention.
-GET  /healthz  liveness.
-GET  /metrics  Prometheus text format.
+POST /v1/ask   Authorization: Bearer <session token>, JSON {"question": str, "as_of": date or datetime?}
+               -> AskResponse: claims with quotes and source URLs, or the generic abstention.
+GET  /healthz  liveness.            GET /readyz  readiness (the checks the composition root passes).
+GET  /openapi.json, /docs           the OpenAPI document and interactive docs, generated from the
+                                    same pydantic models that validate each request (AskRequest).
 
 Who is asking comes only from the signed token: the body schema forbids every field but question
 and as_of, so a caller cannot name a tenant, user or group (422). The token is checked before the
 body is read, and every token failure gets the same 401 body, so the response never says whether
 a token was forged, expired or malformed. Abstentions keep the worker's generic message; their
-reason codes reach only the trace log and the metrics.
+reason codes reach only the trace log and the operator metrics (ragsync.server serves those on a
+separate listener: per-reason counts would let a caller learn, by diffing them around its own
+ask, whether a denied document exists).
 
 Logging: the worker logs the trace (IDs only). This module logs no question, passage or answer
 text; for unexpected errors it logs the exception type and code locations, not the message, since
@@ -23,20 +26,23 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.applications import Starlette
+from fastapi import Depends, FastAPI
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response
 
+from query.as_of import AS_OF_FORM, parse_as_of
 from query.ports import ModelUnavailable
 from query.tokens import InvalidToken, verify_token
 from query.worker import AskResult, QueryWorker
-from schemas._time import to_utc, utcnow
 from schemas.decisions import ReasonCode
 
 log = logging.getLogger("ragsync.api")
@@ -46,92 +52,128 @@ MAX_BODY_BYTES = 64 * 1024
 
 MAX_QUESTION_CHARS = 4000
 
-AS_OF_SKEW = timedelta(seconds=60)
-"""as_of may not be later than now (plus clock skew): a future instant would show passages whose
-effective date has not arrived yet, which the effective-dating rules exist to hide."""
-
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+ASK_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 _UNAUTHORIZED = {"error": "invalid token"}
+
+
+def _as_of(value: object) -> object:
+    return None if value is None else parse_as_of(value)
+
+
+AsOf = Annotated[
+    datetime | None,
+    BeforeValidator(_as_of),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "format": "date"},
+                {"type": "string", "format": "date-time"},
+                {"type": "null"},
+            ],
+            "description": f"Answer as of this instant: {AS_OF_FORM}. A date means midnight UTC; "
+            "a datetime without an offset is UTC. Default: now.",
+            "examples": ["2026-03-01", "2026-03-01T09:30:00+01:00"],
+        }
+    ),
+]
 
 
 class AskRequest(BaseModel):
     """The whole request body. extra="forbid": scope comes from the token, never from the body."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        str_strip_whitespace=True,
+        json_schema_extra={"examples": [{"question": "How many days do customers have to request a refund?"}]},
+    )
 
-    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
-    as_of: datetime | None = None
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="The user's question.")
+    as_of: AsOf = None
 
-    @field_validator("as_of")
-    @classmethod
-    def _not_in_future(cls, value: datetime | None) -> datetime | None:
-        if value is not None and to_utc(value) > utcnow() + AS_OF_SKEW:
-            raise ValueError("as_of must not be in the future")
-        return value
+
+class Claim(BaseModel):
+    statement: str
+    quote: str = Field(description="Verbatim text of the cited passage.")
+    passage_id: str = Field(description="doc@version#anchor")
+    source_url: str
+
+
+class AskResponse(BaseModel):
+    """An answer whose every claim quotes a passage the asker may read, or the one generic abstention."""
+
+    answered: bool
+    answer: str | None
+    claims: list[Claim]
+    message: str | None = Field(description="The generic abstention message when answered is false.")
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class Problem(BaseModel):
+    field: str = Field(description="Where in the body, e.g. as_of.")
+    error: str = Field(description="A stable error kind, e.g. missing, string_type, value_error.")
+    message: str = Field(description="What is wrong, for a person.")
+
+
+class InvalidRequestResponse(BaseModel):
+    error: Literal["invalid request"]
+    message: str
+    problems: list[Problem]
 
 
 class AskMetrics:
-    """Counters for /metrics. A lock, not a client library: a handful of integers needs no dependency."""
+    """The ask counters and latency histogram, registered in one prometheus-client registry."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.asks = 0
-        self.answered = 0
-        self.abstained: dict[str, int] = {code.value: 0 for code in ReasonCode}
-        self.errors: dict[str, int] = {"model_unavailable": 0, "internal": 0}
-        self.rejected: dict[str, int] = {"unauthorized": 0, "invalid_request": 0, "too_large": 0}
-        self.latency_sum = 0.0
-        self.latency_count = 0
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.asks = Counter("ragsync_asks", "Questions that reached the query worker.", registry=registry)
+        self.answered = Counter(
+            "ragsync_asks_answered", "Questions answered with checked citations.", registry=registry
+        )
+        self.abstained = Counter(
+            "ragsync_asks_abstained", "Questions abstained on, by reason code.", ["reason"], registry=registry
+        )
+        self.errors = Counter(
+            "ragsync_ask_errors", "Questions that failed without an answer or abstention.", ["kind"], registry=registry
+        )
+        self.rejected = Counter(
+            "ragsync_ask_rejected", "Requests refused before the worker ran.", ["reason"], registry=registry
+        )
+        self.latency = Histogram(
+            "ragsync_ask_latency_seconds",
+            "Time the query worker took per question.",
+            buckets=ASK_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        for code in ReasonCode:
+            self.abstained.labels(code.value)
+        for kind in ("model_unavailable", "internal"):
+            self.errors.labels(kind)
+        for reason in ("unauthorized", "invalid_request", "too_large"):
+            self.rejected.labels(reason)
 
     def observe(self, result: AskResult, seconds: float) -> None:
-        with self._lock:
-            self._finish(seconds)
-            if result.answered:
-                self.answered += 1
-            else:
-                reason = result.trace.reason.value if result.trace.reason is not None else "unknown"
-                self.abstained[reason] = self.abstained.get(reason, 0) + 1
+        self._finish(seconds)
+        if result.answered:
+            self.answered.inc()
+        else:
+            self.abstained.labels(result.trace.reason.value if result.trace.reason is not None else "unknown").inc()
 
     def error(self, kind: str, seconds: float) -> None:
-        with self._lock:
-            self._finish(seconds)
-            self.errors[kind] = self.errors.get(kind, 0) + 1
+        self._finish(seconds)
+        self.errors.labels(kind).inc()
 
     def reject(self, reason: str) -> None:
         """Requests refused before the worker ran: not asks, so they stay out of asks and latency."""
-        with self._lock:
-            self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.rejected.labels(reason).inc()
 
     def _finish(self, seconds: float) -> None:
-        self.asks += 1
-        self.latency_sum += seconds
-        self.latency_count += 1
-
-    def render(self) -> str:
-        with self._lock:
-            lines = [
-                "# HELP ragsync_asks_total Questions that reached the query worker.",
-                "# TYPE ragsync_asks_total counter",
-                f"ragsync_asks_total {self.asks}",
-                "# HELP ragsync_asks_answered_total Questions answered with checked citations.",
-                "# TYPE ragsync_asks_answered_total counter",
-                f"ragsync_asks_answered_total {self.answered}",
-                "# HELP ragsync_asks_abstained_total Questions abstained on, by reason code.",
-                "# TYPE ragsync_asks_abstained_total counter",
-                *(f'ragsync_asks_abstained_total{{reason="{r}"}} {n}' for r, n in sorted(self.abstained.items())),
-                "# HELP ragsync_ask_errors_total Questions that failed without an answer or abstention.",
-                "# TYPE ragsync_ask_errors_total counter",
-                *(f'ragsync_ask_errors_total{{kind="{k}"}} {n}' for k, n in sorted(self.errors.items())),
-                "# HELP ragsync_ask_rejected_total Requests refused before the worker ran.",
-                "# TYPE ragsync_ask_rejected_total counter",
-                *(f'ragsync_ask_rejected_total{{reason="{r}"}} {n}' for r, n in sorted(self.rejected.items())),
-                "# HELP ragsync_ask_latency_seconds Time the worker took per question.",
-                "# TYPE ragsync_ask_latency_seconds summary",
-                f"ragsync_ask_latency_seconds_sum {self.latency_sum:.6f}",
-                f"ragsync_ask_latency_seconds_count {self.latency_count}",
-            ]
-        return "\n".join(lines) + "\n"
+        self.asks.inc()
+        self.latency.observe(seconds)
 
 
 class _LazyWorker:
@@ -149,13 +191,9 @@ class _LazyWorker:
                 self._worker = self._factory()
             return self._worker
 
-
-def _bearer(header: str | None) -> str | None:
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    @property
+    def built(self) -> bool:
+        return self._worker is not None
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
@@ -178,22 +216,95 @@ def _log_unexpected(exc: BaseException) -> None:
     log.error("ask failed with %s at %s", type(exc).__name__, frames)
 
 
-def create_app(worker_factory: Callable[[], QueryWorker]) -> Starlette:
-    """The API over one QueryWorker made by worker_factory; the caller owns and closes its stores."""
+def _problems(exc: ValidationError) -> list[Problem]:
+    """Field, kind and pydantic's message (which names the expected form, never the question text)."""
+    out: list[Problem] = []
+    for e in exc.errors(include_url=False, include_input=False):
+        message = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            message = "unknown field: the body holds only question and as_of (who asks comes from the token)"
+        out.append(Problem(field=".".join(str(p) for p in e["loc"]) or "body", error=e["type"], message=message))
+    return out
+
+
+def _version() -> str:
+    try:
+        return version("ragsync")
+    except PackageNotFoundError:
+        return "0"
+
+
+_BEARER = HTTPBearer(
+    auto_error=False,  # every token failure gets the same 401 from the endpoint, not FastAPI's 403
+    scheme_name="session token",
+    description="A session token for the asking user (`ragsync token issue`).",
+)
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+
+Check = Callable[[], str | None]
+"""A readiness check: None when ready, else a short reason (no secrets, no document text)."""
+
+
+def create_app(
+    worker_factory: Callable[[], QueryWorker],
+    *,
+    registry: CollectorRegistry | None = None,
+    checks: Mapping[str, Check] | None = None,
+) -> FastAPI:
+    """The API over one QueryWorker made by worker_factory; the caller owns and closes its stores.
+
+    `registry` receives the ask metrics (the caller serves it to operators); `checks` are the
+    readiness checks /readyz runs besides "the query worker is built".
+    """
     holder = _LazyWorker(worker_factory)
-    metrics = AskMetrics()
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = AskMetrics(registry)
+    readiness: dict[str, Check] = {"query_worker": lambda: None if holder.built else "starting", **(checks or {})}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(holder.get)
+        yield
+
+    app = FastAPI(
+        title="ragsync",
+        version=_version(),
+        description=(
+            "Answers questions from the documents the asking user may read, quoting its sources, or abstains "
+            "with one generic message. Who is asking comes only from the session token."
+        ),
+        lifespan=lifespan,
+        redoc_url=None,
+    )
 
     def unauthorized() -> JSONResponse:
         metrics.reject("unauthorized")
         return JSONResponse(_UNAUTHORIZED, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
-    async def ask(request: Request) -> Response:
-        token = _bearer(request.headers.get("authorization"))
-        if token is None:
+    @app.post(
+        "/v1/ask",
+        summary="Answer a question for the token's user",
+        response_model=AskResponse,
+        responses={
+            401: {"model": ErrorResponse, "description": "Missing, malformed, forged or expired token (one answer)."},
+            413: {"model": ErrorResponse, "description": f"Body larger than {MAX_BODY_BYTES} bytes."},
+            422: {"model": InvalidRequestResponse, "description": "The body does not match AskRequest."},
+            503: {"model": ErrorResponse, "description": "The answering model is unavailable; retry later."},
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AskRequest"}}},
+            }
+        },
+    )
+    async def ask(request: Request, credentials: BearerCredentials) -> Response:
+        # The body is read here, by hand, only after the token: a refused caller's body is never parsed.
+        if credentials is None or not credentials.credentials.strip():
             return unauthorized()
         worker = await run_in_threadpool(holder.get)
         try:
-            principal = verify_token(worker.secret, token)
+            principal = verify_token(worker.secret, credentials.credentials)
         except InvalidToken:
             return unauthorized()
 
@@ -205,9 +316,13 @@ def create_app(worker_factory: Callable[[], QueryWorker]) -> Starlette:
             ask_request = AskRequest.model_validate_json(body)
         except ValidationError as exc:
             metrics.reject("invalid_request")
-            # Field locations and error kinds only: echoing input values back is never needed.
-            problems = [{"field": ".".join(str(p) for p in e["loc"]), "error": e["type"]} for e in exc.errors()]
-            return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
+            problems = _problems(exc)
+            payload = InvalidRequestResponse(
+                error="invalid request",
+                message="; ".join(f"{p.field}: {p.message}" for p in problems),
+                problems=problems,
+            )
+            return JSONResponse(payload.model_dump(), status_code=422)
 
         started = time.perf_counter()
         try:
@@ -222,26 +337,41 @@ def create_app(worker_factory: Callable[[], QueryWorker]) -> Starlette:
             _log_unexpected(exc)
             return JSONResponse({"error": "internal error"}, status_code=500)
         metrics.observe(result, time.perf_counter() - started)
-        return JSONResponse(result.public())
+        return JSONResponse(AskResponse.model_validate(result.public()).model_dump())
 
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+    @app.get("/healthz", summary="Liveness: the process serves requests")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
 
-    async def prometheus(request: Request) -> Response:
-        return PlainTextResponse(metrics.render(), media_type=PROMETHEUS_TEXT)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await run_in_threadpool(holder.get)
-        yield
-
-    app = Starlette(
-        routes=[
-            Route("/v1/ask", ask, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", prometheus, methods=["GET"]),
-        ],
-        lifespan=lifespan,
+    @app.get(
+        "/readyz",
+        summary="Readiness: every check passes",
+        responses={503: {"description": "Not ready; the failing checks say why."}},
     )
+    async def readyz() -> Response:
+        results: dict[str, str] = {}
+        for name, check in readiness.items():
+            try:
+                problem = await run_in_threadpool(check)
+            except Exception as exc:
+                problem = f"check failed: {type(exc).__name__}"
+            results[name] = "ok" if problem is None else problem
+        ready = all(v == "ok" for v in results.values())
+        return JSONResponse({"status": "ready" if ready else "not ready", "checks": results}, 200 if ready else 503)
+
+    # The request schema appears under components once; the route refers to it (see openapi_extra above).
+    original_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original_openapi()
+            schema.setdefault("components", {}).setdefault("schemas", {})["AskRequest"] = AskRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.state.metrics = metrics
+    app.state.registry = registry
     return app

@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     abstain_when_first_search_empty: bool = True
     revocation_bound_s: float = 30.0
 
+    metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
+    metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener
+    metrics_token: str = ""  # operator credential for /metrics (required off loopback and for ragsync.server:app)
+
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic_prefix: str = "ragsync."
     kafka_partitions: int = 3

@@ -2,7 +2,8 @@
 
 What matters at this boundary: scope comes only from the signed token (no body field can name a
 tenant, user or group), every token failure looks the same, a refusal never says why, the model
-being down is a 503 rather than a fake abstention, and /metrics counts what happened.
+being down is a 503 rather than a fake abstention, the metrics count what happened (served to
+operators only, see test_server.py), and the OpenAPI document describes what is validated.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NOW, make_passage
+from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
 from indexer.sqlite_fts import SqliteLexicalIndex
@@ -77,7 +79,7 @@ def bearer(principal: Principal, secret: str = SECRET, ttl_s: int = 3600, now: f
 
 
 def metric(client: TestClient, sample: str) -> float:
-    text = client.get("/metrics").text
+    text = generate_latest(client.app.state.registry).decode()  # type: ignore[attr-defined]
     match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
     assert match, f"{sample} missing from /metrics"
     return float(match.group(1))
@@ -143,7 +145,13 @@ def test_scope_fields_in_the_body_are_rejected(client: TestClient, field: str) -
     response = client.post("/v1/ask", json={"question": QUESTION, field: "hr"}, headers=bearer(STAFF))
 
     assert response.status_code == 422
-    assert response.json()["problems"] == [{"field": field, "error": "extra_forbidden"}]
+    assert response.json()["problems"] == [
+        {
+            "field": field,
+            "error": "extra_forbidden",
+            "message": "unknown field: the body holds only question and as_of (who asks comes from the token)",
+        }
+    ]
     assert metric(client, "ragsync_asks_total") == 0
 
 
@@ -154,7 +162,11 @@ def test_scope_fields_in_the_body_are_rejected(client: TestClient, field: str) -
         pytest.param(b'{"question": 42}', "string_type", id="question-not-string"),
         pytest.param(b'{"question": "   "}', "string_too_short", id="blank-question"),
         pytest.param(b'{"question": "q", "as_of": "2999-01-01T00:00:00Z"}', "value_error", id="future-as-of"),
-        pytest.param(b'{"question": "q", "as_of": "last week"}', "datetime_parsing", id="bad-as-of"),
+        pytest.param(b'{"question": "q", "as_of": "2999-01-01"}', "value_error", id="future-date"),
+        pytest.param(b'{"question": "q", "as_of": "last week"}', "value_error", id="bad-as-of"),
+        pytest.param(b'{"question": "q", "as_of": "0001-01-01T00:00:00+14:00"}', "value_error", id="no-utc-instant"),
+        pytest.param(b'{"question": "q", "as_of": "2026-02-30"}', "value_error", id="no-such-day"),
+        pytest.param(b'{"question": "q", "as_of": 20260115}', "value_error", id="number-as-of"),
         pytest.param(b"question=q", "json_invalid", id="not-json"),
     ],
 )
@@ -191,10 +203,9 @@ def test_metrics_count_answers_abstentions_and_rejections(client: TestClient) ->
     client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF, secret="forged"))
     client.post("/v1/ask", json={"question": QUESTION, "tenant": "globex"}, headers=bearer(STAFF))
 
-    response = client.get("/metrics")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    assert "# TYPE ragsync_asks_total counter" in response.text
+    text = generate_latest(client.app.state.registry).decode()  # type: ignore[attr-defined]
+    assert "# TYPE ragsync_asks_total counter" in text
+    assert "# TYPE ragsync_ask_latency_seconds histogram" in text
     assert metric(client, "ragsync_asks_total") == 3
     assert metric(client, "ragsync_asks_answered_total") == 2
     assert metric(client, 'ragsync_asks_abstained_total{reason="no_visible_evidence"}') == 1
@@ -203,6 +214,7 @@ def test_metrics_count_answers_abstentions_and_rejections(client: TestClient) ->
     assert metric(client, 'ragsync_ask_rejected_total{reason="invalid_request"}') == 1
     assert metric(client, "ragsync_ask_latency_seconds_count") == 3
     assert metric(client, "ragsync_ask_latency_seconds_sum") > 0
+    assert metric(client, 'ragsync_ask_latency_seconds_bucket{le="+Inf"}') == 3  # buckets: a p95 can be computed
 
 
 def test_model_unavailable_is_503_not_an_abstention(lexical: SqliteLexicalIndex) -> None:
@@ -243,3 +255,85 @@ def test_healthz(client: TestClient) -> None:
     response = client.get("/healthz")
 
     assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_as_of_takes_a_date_like_the_cli(client: TestClient) -> None:
+    before = client.post("/v1/ask", json={"question": QUESTION, "as_of": "2026-01-01"}, headers=bearer(STAFF))
+    after = client.post("/v1/ask", json={"question": QUESTION, "as_of": "2026-06-01"}, headers=bearer(STAFF))
+
+    # The passage is effective from NOW - 30 days (2026-05-02): a date before abstains, a date after answers.
+    assert before.status_code == after.status_code == 200
+    assert before.json()["answered"] is False and after.json()["answered"] is True
+
+
+def test_a_bad_as_of_has_a_message_for_people(client: TestClient) -> None:
+    response = client.post(
+        "/v1/ask", json={"question": QUESTION, "as_of": "0001-01-01T00:00:00+14:00"}, headers=bearer(STAFF)
+    )
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["error"] == "invalid request"
+    (problem,) = body["problems"]
+    assert problem["field"] == "as_of" and "out of range" in problem["message"]
+    assert body["message"].startswith("as_of: ")
+
+
+def test_the_future_is_refused_with_a_message(client: TestClient) -> None:
+    response = client.post("/v1/ask", json={"question": QUESTION, "as_of": "2999-01-01"}, headers=bearer(STAFF))
+
+    assert response.status_code == 422
+    assert "in the future" in response.json()["problems"][0]["message"]
+
+
+def test_openapi_describes_the_validated_request(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+
+    operation = spec["paths"]["/v1/ask"]["post"]
+    body_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert body_schema == {"$ref": "#/components/schemas/AskRequest"}
+    ask_request = spec["components"]["schemas"]["AskRequest"]
+    assert set(ask_request["properties"]) == {"question", "as_of"}
+    assert ask_request["additionalProperties"] is False and ask_request["required"] == ["question"]
+    assert {"format": "date", "type": "string"} in ask_request["properties"]["as_of"]["anyOf"]
+    assert set(operation["responses"]) >= {"200", "401", "413", "422", "503"}
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/AskResponse")
+    assert "bearer" in str(spec["components"]["securitySchemes"]).lower()
+    assert set(spec["paths"]) >= {"/v1/ask", "/healthz", "/readyz"}
+
+
+def test_interactive_docs(client: TestClient) -> None:
+    response = client.get("/docs")
+
+    assert response.status_code == 200 and "/openapi.json" in response.text
+
+
+def test_the_openapi_request_schema_is_the_validator() -> None:
+    """The documented schema is generated from AskRequest, the model every body is validated with."""
+    from query.api import AskRequest
+
+    schema = AskRequest.model_json_schema()
+    assert schema["properties"]["question"]["maxLength"] == 4000
+    with pytest.raises(ValueError):
+        AskRequest.model_validate_json(b'{"question": "q", "tenant": "globex"}')
+
+
+def test_metrics_are_not_served_to_askers(client: TestClient) -> None:
+    assert client.get("/metrics").status_code == 404
+
+
+def test_readyz_runs_the_checks(lexical: SqliteLexicalIndex) -> None:
+    worker = QueryWorker(Retriever(lexical, None, None, None), ExtractiveModel(), SECRET)
+    state = {"indexer": "catching up: 12 events behind"}
+    app = create_app(lambda: worker, checks={"indexer": lambda: state["indexer"] or None})
+    with TestClient(app) as c:
+        waiting = c.get("/readyz")
+        state["indexer"] = ""
+        ready = c.get("/readyz")
+
+    assert waiting.status_code == 503
+    assert waiting.json() == {
+        "status": "not ready",
+        "checks": {"query_worker": "ok", "indexer": "catching up: 12 events behind"},
+    }
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"

@@ -111,7 +111,9 @@ def test_bm25_only_when_no_model(tmp_path: Path, env: dict[str, str], caplog: py
     assert answer["answered"] and "30 days" in answer["answer"]
 
 
-def test_invalid_token_is_an_error_not_an_answer(env: dict[str, str]) -> None:
+def test_invalid_token_is_an_error_not_an_answer(tmp_path: Path, env: dict[str, str]) -> None:
+    build_drive(tmp_path / "drive")
+    run(env, "sync", str(tmp_path / "drive"))  # a home with documents: an empty one is refused first
     result = CliRunner().invoke(main, ["ask", "anything", "--token", "forged.token"], env=env)
     assert result.exit_code == 2 and "invalid session token" in result.output
 

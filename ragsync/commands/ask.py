@@ -8,24 +8,37 @@ from typing import Any
 
 import click
 
+from query.as_of import parse_as_of
 from query.tokens import InvalidToken
-from ragsync.commands.common import EXIT_USAGE, fail, settings_of
+from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, fail, settings_of
+from ragsync.settings import Settings
 from ragsync.wiring import build
 
 
-def parse_as_of(value: str | None) -> datetime | None:
+def parse_as_of_option(value: str | None) -> datetime | None:
+    """The API's as_of rules (query.as_of): a date or datetime, never the future; exit 2 otherwise."""
     if value is None:
         return None
     try:
-        return datetime.fromisoformat(value)
+        return parse_as_of(value, field="--as-of")
     except ValueError as exc:
-        raise click.BadParameter(f"not an ISO date or datetime: {value!r}", param_hint="--as-of") from exc
+        fail(str(exc), EXIT_USAGE)
+
+
+def nothing_indexed(settings: Settings) -> bool:
+    """An embedded home that no sync has applied to yet (the cluster stores are not ours to probe)."""
+    return settings.profile == "embedded" and not (settings.home / "lexical.db").exists()
 
 
 @click.command()
 @click.argument("question")
 @click.option("--token", envvar="RAGSYNC_TOKEN", required=True, help="Session token [env RAGSYNC_TOKEN].")
-@click.option("--as-of", "as_of", default=None, help="Answer as of this date (ISO), e.g. 2026-01-15.")
+@click.option(
+    "--as-of",
+    "as_of",
+    default=None,
+    help="Answer as of this date or ISO datetime (not the future), e.g. 2026-01-15 or 2026-01-15T09:00:00+01:00.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable answer.")
 @click.option("--show-trace", is_flag=True, help="Add the run's trace (operators; passage IDs only).")
 @click.pass_context
@@ -33,10 +46,17 @@ def ask(ctx: click.Context, question: str, token: str, as_of: str | None, as_jso
     """Answer QUESTION from the documents the token's principal may read, with quoted sources.
 
     \b
-    Exit status: 0 answered or abstained; 2 invalid token or bad usage.
+    Exit status: 0 answered or abstained; 1 nothing indexed yet; 2 invalid token, settings or
+    --as-of, or bad usage.
     """
     settings = settings_of(ctx)
-    instant = parse_as_of(as_of)
+    instant = parse_as_of_option(as_of)
+    if nothing_indexed(settings):
+        fail(
+            f"nothing is indexed in {settings.home} yet: run `ragsync sync <folder>` first, "
+            "or point --home / RAGSYNC_HOME at an existing home",
+            EXIT_FAILED,
+        )
     components = build(settings)
     try:
         worker = components.query_worker()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
-from ragsync.commands.common import note, settings_of
+from ragsync.commands.common import EXIT_USAGE, error, fail, note, settings_of
 from ragsync.wiring import build
 
 
@@ -39,23 +40,38 @@ def worker(ctx: click.Context, poll_s: float) -> None:
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address of the API listener.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--ssl-certfile", default=None, help="Serve HTTPS with this certificate (PEM).")
+@click.option("--ssl-keyfile", default=None, help="The certificate's private key (PEM).")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Serve POST /v1/ask (Bearer session token), /healthz, /metrics and, with RAGSYNC_WEBHOOK_SECRET set,
-    POST /v1/webhooks/{source} for document pushes (HMAC-SHA256 signed)."""
-    import uvicorn
+def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ssl_keyfile: str | None) -> None:
+    """Serve POST /v1/ask (Bearer session token), /healthz, /readyz, /openapi.json and /docs and, with
+    RAGSYNC_WEBHOOK_SECRET set, POST /v1/webhooks/{source} for document pushes (HMAC-SHA256 signed).
 
-    from ragsync.server import server_app
+    Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
+    (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
+    latency; never the question). For workers behind gunicorn, run the ASGI app ragsync.server:app.
 
+    \b
+    Exit status: 0 stopped; 2 bad settings or an address that cannot be used.
+    """
+    import logging
+
+    from ragsync.server import run_server
+    from ragsync.settings import SettingsError
+
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        fail("--ssl-certfile and --ssl-keyfile go together", EXIT_USAGE)
     settings = settings_of(ctx)
+    logging.getLogger("ragsync.http").setLevel(logging.INFO)
     components = build(settings)
-    app = server_app(components)
-    if settings.webhook_secret:
-        note("webhook pushes accepted at POST /v1/webhooks/{source} (X-Ragsync-Signature)")
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        run_server(components, host, port, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, announce=note)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            error(problem)
+        sys.exit(EXIT_USAGE)
     finally:
         components.close()
 
