@@ -14,6 +14,7 @@ import click
 
 from ragsync.commands.ask import ask
 from ragsync.commands.audit import audit
+from ragsync.commands.dlq import dlq
 from ragsync.commands.evaluate import eval_
 from ragsync.commands.service import serve, status, worker
 from ragsync.commands.sync import sync
@@ -58,6 +59,7 @@ def main(ctx: click.Context, profile: str | None, home: Path | None, verbose: in
       ragsync sync ./docs                  # index a folder (.ragsync-acl.toml manifests give tenant and ACL)
       ragsync token issue --tenant acme --user ann --groups staff
       ragsync ask "What is the refund window?" --token <token>
+      ragsync serve                        # the HTTP API (docs at /docs) and operator metrics
 
     \b
     Exit status: 0 success; 1 failure (e.g. a failed eval gate); 2 bad usage or input
@@ -80,14 +82,18 @@ def main(ctx: click.Context, profile: str | None, home: Path | None, verbose: in
 )
 @click.pass_context
 def demo(ctx: click.Context, directory: Path | None) -> None:
-    """Build a sample drive with two tenants and walk through the whole job, narrating each step."""
+    """Build a sample drive with two tenants and walk through the whole job, narrating each step.
+
+    \b
+    Exit status: 0 every step behaved as narrated; 1 a step did not; 2 bad settings.
+    """
     from ragsync.commands.common import settings_of
     from ragsync.demo import run_demo
 
     sys.exit(run_demo(directory, settings_of(ctx)))
 
 
-for command in (sync, ask, token, audit, eval_, worker, serve, status):
+for command in (sync, ask, token, audit, dlq, eval_, worker, serve, status):
     main.add_command(command)
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import tempfile
 import textwrap
-from datetime import datetime
 from pathlib import Path
 
-import click
-
+from query.as_of import parse_as_of
 from query.tokens import issue_token
 from query.worker import AskResult
+from ragsync.commands.common import say
 from ragsync.pipeline import sync_folder
 from ragsync.settings import Settings
 from ragsync.wiring import build
@@ -90,14 +89,14 @@ class Narrator:
 
     def title(self, text: str) -> None:
         self.step += 1
-        click.echo("")
-        click.secho(f"{self.step}. {text}", bold=True)
+        say("")
+        say(f"{self.step}. {text}", bold=True)
 
     def say(self, text: str) -> None:
-        click.echo(textwrap.indent(text, "   "))
+        say(textwrap.indent(text, "   "))
 
     def expect(self, ok: bool, what: str) -> None:
-        click.secho(f"   {'✓' if ok else '✗'} {what}", fg="green" if ok else "red")
+        say(f"   {'✓' if ok else '✗'} {what}", fg="green" if ok else "red")
         if not ok:
             self.failures.append(what)
 
@@ -117,7 +116,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     drive = workdir / "drive"
     settings = base.model_copy(update={"home": workdir / ".ragsync", "profile": "embedded"})
     n = Narrator()
-    click.secho(f"ragsync demo — sample drive and index under {workdir}", bold=True)
+    say(f"ragsync demo — sample drive and index under {workdir}", bold=True)
 
     n.title("Build a sample drive: tenants acme and globex, a versioned policy, a restricted HR folder")
     build_drive(drive)
@@ -146,9 +145,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     def ask(token: str, question: str, as_of: str | None = None) -> AskResult:
         components = build(settings)
         try:
-            return components.query_worker().ask_with_token(
-                token, question, datetime.fromisoformat(as_of) if as_of else None
-            )
+            return components.query_worker().ask_with_token(token, question, parse_as_of(as_of) if as_of else None)
         finally:
             components.close()
 
@@ -211,12 +208,12 @@ def run_demo(directory: Path | None, base: Settings) -> int:
         )
     n.expect(remaining == 0 and any(r.doc_id == "acme/hr/salaries.md" for r in records), "gone and audited")
 
-    click.echo("")
+    say("")
     if n.failures:
-        click.secho(f"demo finished with {len(n.failures)} unexpected result(s): {n.failures}", fg="red")
+        say(f"demo finished with {len(n.failures)} unexpected result(s): {n.failures}", fg="red")
         return 1
-    click.secho("demo finished: every step behaved as described", fg="green", bold=True)
-    click.echo(
+    say("demo finished: every step behaved as described", fg="green", bold=True)
+    say(
         f'Try it yourself: RAGSYNC_HOME={settings.home} ragsync ask "..." --token $(RAGSYNC_HOME='
         f"{settings.home} ragsync token issue --tenant acme --user ann --groups staff)"
     )

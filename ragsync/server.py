@@ -48,6 +48,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from query.api import Check, create_app
+from ragsync.dead_letters import DLQ_GROUP
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import Components
 from streams.ports import EVENT_TOPICS, TOPIC_DLQ, EventLog
@@ -57,9 +58,6 @@ http_log = logging.getLogger("ragsync.http")
 
 INDEXER_GROUP = "ragsync-indexer"
 """The consumer group of the indexer (embedded worker and Faust agents)."""
-
-DLQ_GROUP = "ragsync-dlq"
-"""`ragsync dlq replay` commits here: dead letters after its offset are the ones still pending."""
 
 _COUNTING_GROUP = "ragsync-metrics"
 """Never commits, so its lag is every record the log still holds (published since the start)."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from ragsync.commands.common import settings_of
+from ragsync.commands.common import output_console, settings_of
 from ragsync.wiring import build
 
 
@@ -22,7 +21,11 @@ def audit() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def audit_deletions(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
-    """List deletion records: received, removed from each store, cache invalidated."""
+    """List deletion records: received, removed from each store, cache invalidated.
+
+    \b
+    Exit status: 0 listed (possibly none); 2 bad settings.
+    """
     components = build(settings_of(ctx), with_embedder=False)
     try:
         records = components.audit.records(tenant)
@@ -56,7 +59,4 @@ def audit_deletions(ctx: click.Context, tenant: str | None, as_json: bool) -> No
             f"+{(r.cache_invalidated_at - r.received_at).total_seconds() * 1000:.0f}ms",
             str(r.passages_removed),
         )
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=250, soft_wrap=True)
-    console.print(table, markup=False)
+    output_console().print(table)

@@ -2,15 +2,19 @@
 
 Messages are printed as plain text, never parsed as markup and never wrapped, so a manifest
 entry such as "[/]" prints as itself and a CI log keeps one message per line for grep.
-Rich is used only for progress bars and tables on a terminal.
+Rich is used only for progress bars on a terminal and for tables (`output_console`: no markup,
+and off a terminal no wrapping and no colour). Colour and bold only reach a terminal.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from ragsync.settings import Settings, SettingsError, load_settings
 
@@ -31,8 +35,36 @@ def settings_of(ctx: click.Context) -> Settings:
         sys.exit(EXIT_USAGE)
 
 
-def _color() -> bool:
-    return sys.stderr.isatty()
+UNWRAPPED_WIDTH = 100_000
+"""Width of a console that is not a terminal: wide enough that rich never breaks a line."""
+
+
+def _color(err: bool = True) -> bool:
+    return (sys.stderr if err else sys.stdout).isatty()
+
+
+def say(message: str, *, fg: str | None = None, bold: bool = False) -> None:
+    """A line of output on stdout, styled only on a terminal."""
+    styled = fg is not None or bold
+    click.echo(click.style(message, fg=fg, bold=bold) if styled and _color(err=False) else message)
+
+
+def output_console(stderr: bool = False) -> Console:
+    """A rich console for tables: never parses markup or emoji codes; off a terminal never wraps or colours."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, markup=False, highlight=False, emoji=False)
+    if console.is_terminal:
+        return console
+    return Console(
+        stderr=stderr,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        width=UNWRAPPED_WIDTH,
+        soft_wrap=True,
+        no_color=True,
+    )
 
 
 def note(message: str) -> None:

@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, error, fail, settings_of
+from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, error, fail, output_console, settings_of
 from ragsync.wiring import build
 
 
@@ -58,8 +57,7 @@ def eval_(
     if as_json:
         click.echo(text)
     else:
-        out_console = Console()
-        render(report, out_console if out_console.is_terminal else Console(width=160))
+        render(report, output_console())
     if not report["passed"]:
         error("eval failed: " + ", ".join(g["gate"] for g in report["gates"] if not g["passed"]))
         ctx.exit(EXIT_FAILED)

@@ -107,10 +107,11 @@ def _fmt(value: Any) -> str:
 def render(report: Mapping[str, Any], console: Console) -> None:
     """Readable tables: rankers overall and per type, loop vs single, misses by stage, gates."""
     from rich.table import Table
+    from rich.text import Text
 
     meta = report["meta"]
     console.print(
-        f"[bold]{meta['questions']} questions[/] ({meta['answerable']} answerable, {meta['expect_abstain']} expect "
+        f"{meta['questions']} questions ({meta['answerable']} answerable, {meta['expect_abstain']} expect "
         f"abstain, {meta['denied_by_design']} denied by design); dense={'on' if meta['dense_enabled'] else 'off'}, "
         f"model={meta['model']}, {meta['elapsed_s']}s"
     )
@@ -166,12 +167,13 @@ def render(report: Mapping[str, Any], console: Console) -> None:
         "denied-by-design questions abstained"
     )
     for leak in perms["leaks"][:20]:
-        console.print(f"  [red]LEAK[/] {leak}")
+        console.print(Text.assemble("  ", ("LEAK", "red"), f" {leak}"))
     for mismatch in report["design_mismatches"]:
-        console.print(f"  [yellow]question design:[/] {mismatch['id']}: {mismatch['problem']}")
+        console.print(Text.assemble("  ", ("question design:", "yellow"), f" {mismatch['id']}: {mismatch['problem']}"))
     gates = Table(title="Gates")
     for col in ("gate", "value", "limit", "result"):
         gates.add_column(col)
     for g in report["gates"]:
-        gates.add_row(g["gate"], _fmt(g["value"]), g["limit"], "[green]pass[/]" if g["passed"] else "[red]FAIL[/]")
+        verdict = Text("pass", "green") if g["passed"] else Text("FAIL", "red")
+        gates.add_row(g["gate"], _fmt(g["value"]), g["limit"], verdict)
     console.print(gates)
