@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, Response
 
 from query.as_of import AS_OF_FORM, parse_as_of
 from query.ports import ModelUnavailable
-from query.tokens import InvalidToken, verify_token
+from query.tokens import InvalidToken
 from query.worker import AskResult, QueryWorker
 from schemas.decisions import ReasonCode
 
@@ -237,7 +237,8 @@ def _version() -> str:
 _BEARER = HTTPBearer(
     auto_error=False,  # every token failure gets the same 401 from the endpoint, not FastAPI's 403
     scheme_name="session token",
-    description="A session token for the asking user (`ragsync token issue`).",
+    description="A JWT for the asking user: HS256 with the shared secret, or RS256/ES256 from the configured "
+    "identity provider (`ragsync token issue` mints one).",
 )
 BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
 
@@ -304,7 +305,7 @@ def create_app(
             return unauthorized()
         worker = await run_in_threadpool(holder.get)
         try:
-            principal = verify_token(worker.secret, credentials.credentials)
+            principal = worker.tokens.verify(credentials.credentials)
         except InvalidToken:
             return unauthorized()
 

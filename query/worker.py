@@ -17,7 +17,7 @@ from query.citations import check_claims
 from query.loop import InvalidDecision, LoopState, interpret
 from query.ports import Evidence, Model, ModelTurn, ModelUnavailable
 from query.retrieval import Retrieval, Retriever
-from query.tokens import verify_token
+from query.tokens import TokenVerifier
 from schemas._time import to_utc, utcnow
 from schemas.decisions import (
     GENERIC_ABSTENTION,
@@ -85,19 +85,20 @@ class QueryWorker:
         self,
         retriever: Retriever,
         model: Model,
-        secret: str,
+        tokens: TokenVerifier | str,
         settings: WorkerSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.retriever = retriever
         self.model = model
-        self.secret = secret
+        # A plain string is a shared HS256 secret (tests, tools); the composition root passes a verifier.
+        self.tokens = tokens if isinstance(tokens, TokenVerifier) else TokenVerifier.shared_secret(tokens)
         self.settings = settings or WorkerSettings()
         self.clock = clock
 
     def ask_with_token(self, token: str, question: str, as_of: datetime | None = None) -> AskResult:
         """Raises InvalidToken: an unauthenticated request is an error, not an abstention."""
-        principal = verify_token(self.secret, token)
+        principal = self.tokens.verify(token)
         return self.ask(principal, question, as_of)
 
     def ask(self, principal: Principal, question: str, as_of: datetime | None = None) -> AskResult:

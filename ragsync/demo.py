@@ -13,12 +13,11 @@ import textwrap
 from pathlib import Path
 
 from query.as_of import parse_as_of
-from query.tokens import issue_token
 from query.worker import AskResult
 from ragsync.commands.common import say
 from ragsync.pipeline import sync_folder
 from ragsync.settings import Settings
-from ragsync.wiring import build
+from ragsync.wiring import build, token_signer
 from schemas.principal import Principal
 
 REFUNDS_V1 = """\
@@ -137,10 +136,10 @@ def run_demo(directory: Path | None, base: Settings) -> int:
             f"dense retrieval {'on' if components.embedder else 'off (BM25 only)'}"
         )
 
-    secret = settings.secret()
-    ann = issue_token(secret, Principal(tenant="acme", user="ann", groups=("staff",)))
-    hal = issue_token(secret, Principal(tenant="acme", user="hal", groups=("staff", "hr")))
-    gus = issue_token(secret, Principal(tenant="globex", user="gus", groups=("staff",)))
+    signer = token_signer(settings)
+    ann = signer.issue(Principal(tenant="acme", user="ann", groups=("staff",)))
+    hal = signer.issue(Principal(tenant="acme", user="hal", groups=("staff", "hr")))
+    gus = signer.issue(Principal(tenant="globex", user="gus", groups=("staff",)))
 
     def ask(token: str, question: str, as_of: str | None = None) -> AskResult:
         components = build(settings)

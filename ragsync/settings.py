@@ -16,10 +16,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
+from schemas.instants import Instant
 
 __all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "config_file", "load_settings"]
 
@@ -60,7 +61,17 @@ class Settings(BaseSettings):
 
     profile: Literal["embedded", "cluster"] = "embedded"
     home: Path = Path(".ragsync")
-    session_secret: str = ""
+    session_secret: str = ""  # the HS256 key that signs session tokens (embedded: one is made per home)
+    session_key_id: str = Field(default="default", min_length=1)  # its `kid`
+    previous_session_secrets: dict[str, str] = {}  # kid -> secret: still verified during a key rotation
+    token_audience: str = Field(default="ragsync", min_length=1)
+    token_issuer: str | None = None  # when set, tokens must carry this `iss` (and issued ones do)
+    token_leeway_s: float = Field(default=30.0, ge=0, le=300)
+    jwks_file: Path | None = None  # an identity provider's public keys: RS256/ES256 tokens
+    jwt_user_claim: str = "sub"
+    jwt_tenant_claim: str = "tenant"
+    jwt_groups_claim: str = "groups"
+    legacy_tokens_until: Instant | None = None  # read the pre-JWT token format until then
     webhook_secret: str = ""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
@@ -104,6 +115,24 @@ class Settings(BaseSettings):
     model: Literal["extractive", "anthropic"] = "extractive"
     anthropic_model: str = "claude-sonnet-4-5"
     anthropic_base_url: str | None = None
+
+    @field_validator("jwks_file")
+    @classmethod
+    def _jwks_readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            from query.tokens import load_jwks
+
+            load_jwks(value)  # a ValueError saying why becomes this setting's error
+        return value
+
+    @model_validator(mode="after")
+    def _rotation_kids_differ(self) -> Settings:
+        if self.session_key_id in self.previous_session_secrets:
+            raise ValueError(
+                f"previous_session_secrets reuses the current session_key_id {self.session_key_id!r}: "
+                "give the new key a new kid"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -22,6 +22,7 @@ from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, FieldWe
 from indexer.sink import IndexSink
 from query.ports import Model, Reranker
 from query.retrieval import RetrievalSettings, Retriever
+from query.tokens import TokenRules, TokenSigner, TokenVerifier, load_jwks
 from query.worker import QueryWorker, WorkerSettings
 from ragsync.settings import Settings
 from streams.ports import EventLog
@@ -146,7 +147,7 @@ class Components:
         return QueryWorker(
             self.retriever(),
             model or self.model(),
-            s.secret(),
+            token_verifier(s),
             WorkerSettings(
                 abstain_when_first_search_empty=s.abstain_when_first_search_empty, max_searches=s.max_searches
             ),
@@ -230,3 +231,26 @@ def build(settings: Settings, *, with_embedder: bool = True) -> Components:
 
         return build_cluster(settings, with_embedder=with_embedder)
     return build_embedded(settings, with_embedder=with_embedder)
+
+
+def token_rules(settings: Settings) -> TokenRules:
+    return TokenRules(
+        audience=settings.token_audience,
+        issuer=settings.token_issuer,
+        leeway_s=settings.token_leeway_s,
+        user_claim=settings.jwt_user_claim,
+        tenant_claim=settings.jwt_tenant_claim,
+        groups_claim=settings.jwt_groups_claim,
+        legacy_until=settings.legacy_tokens_until,
+    )
+
+
+def token_verifier(settings: Settings) -> TokenVerifier:
+    """The current key, the previous ones of a rotation, and the identity provider's JWKS."""
+    keys = {settings.session_key_id: settings.secret(), **settings.previous_session_secrets}
+    jwks = load_jwks(settings.jwks_file) if settings.jwks_file is not None else None
+    return TokenVerifier(keys, current_kid=settings.session_key_id, jwks=jwks, rules=token_rules(settings))
+
+
+def token_signer(settings: Settings) -> TokenSigner:
+    return TokenSigner(settings.secret(), settings.session_key_id, token_rules(settings))

@@ -107,13 +107,13 @@ def test_tokens_round_trip_and_refuse_tampering() -> None:
     token = issue_token("secret", p, ttl_s=60, now=1000)
     assert verify_token("secret", token, now=1030) == p
     with pytest.raises(InvalidToken, match="expired"):
-        verify_token("secret", token, now=1061)
+        verify_token("secret", token, now=1091)  # exp 1060 plus the 30 s leeway for clock skew
     with pytest.raises(InvalidToken, match="signature"):
         verify_token("other", token, now=1030)
-    _body, sig = token.split(".")
-    forged = issue_token("attacker", Principal(tenant="acme", user="ann", groups=("admin",)), now=1000).split(".")[0]
+    header, _body, sig = token.split(".")
+    forged = issue_token("attacker", Principal(tenant="acme", user="ann", groups=("admin",)), now=1000).split(".")[1]
     with pytest.raises(InvalidToken):
-        verify_token("secret", f"{forged}.{sig}", now=1030)
+        verify_token("secret", f"{header}.{forged}.{sig}", now=1030)
     for junk in ["", "abc", ".", "a.b.c"]:
         with pytest.raises(InvalidToken):
             verify_token("secret", junk, now=1030)

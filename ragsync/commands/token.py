@@ -6,7 +6,6 @@ import re
 
 import click
 
-from query.tokens import issue_token
 from ragsync.commands.common import settings_of
 from schemas.principal import Principal
 
@@ -48,7 +47,7 @@ def _ttl(ctx: click.Context, param: click.Parameter, value: int) -> int:
 
 @click.group()
 def token() -> None:
-    """Session tokens (HMAC-SHA256 signed with the server secret)."""
+    """Session tokens: JWTs (HS256) signed with the session secret under its key id."""
 
 
 @token.command("issue")
@@ -60,11 +59,15 @@ def token() -> None:
 )
 @click.pass_context
 def token_issue(ctx: click.Context, tenant: str, user: str, groups: tuple[str, ...], ttl: int) -> None:
-    """Print a signed session token for a principal (operators and tests).
+    """Print a session token (a JWT: sub, tenant, groups, iat, exp, aud) for a principal.
+
+    Backends usually mint these themselves with any JWT library and the same secret (see README).
 
     \b
     Exit status: 0 printed; 2 an invalid tenant, user, group or --ttl, or bad settings.
     """
     settings = settings_of(ctx)
     principal = Principal(tenant=tenant, user=user, groups=groups)
-    click.echo(issue_token(settings.secret(), principal, ttl_s=ttl))
+    from ragsync.wiring import token_signer
+
+    click.echo(token_signer(settings).issue(principal, ttl_s=ttl))
