@@ -42,6 +42,9 @@ class Limits:
     answer_rate: float
     grounded_rate: float
     abstain_rate: float = 1.0
+    denied_abstain_rate: float = 1.0
+    """Share of denied-by-design questions that abstain. Below 1 only when the figure measured is: an answer
+    to one is never a leak (every cited passage is re-checked), but it is a wrong answer from readable text."""
     max_leaks: int = 0
 
 
@@ -126,7 +129,9 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     overall = report["overall"]
     perms = report["permissions"]
     assert perms["leak_count"] == 0, perms["leaks"]
-    assert perms["denied_questions"] >= min_denied and perms["denied_questions_abstained"] == perms["denied_questions"]
+    assert perms["denied_questions"] >= min_denied, perms
+    denied_abstained = perms["denied_questions_abstained"] / perms["denied_questions"]
+    assert denied_abstained >= limits.denied_abstain_rate, (perms, report["unexpected_answers"])
     assert report["design_mismatches"] == []
     assert overall["retrieval"]["bm25"]["recall@10"] >= limits.bm25_recall_at_10, overall["retrieval"]
     assert overall["retrieval"]["dense"]["recall@10"] >= limits.dense_recall_at_10, overall["retrieval"]

@@ -13,7 +13,7 @@ The corpus is a drive folder for `ragsync sync`, under two tenants with the comm
       guides/     gitfaq, and gitworkflows.html: user:linus and group:maintainers only
     gitschool/  tenant gitschool, read: group:learners (the tutorials)
 
-Two sizes: full (42 pages, 1,943 passages) and ci (15 pages, 436 passages, what the CI gate syncs).
+Two sizes: full (42 pages, 1,926 passages) and ci (15 pages, 430 passages, what the CI gate syncs).
 Copies keep the package's mtimes (copy2), so re-running the build and `ragsync sync` re-indexes nothing.
 """
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command for the Git-manual evaluation: build the corpus, verify the gold, sync, evaluate.
 #
-#   eval/git-doc/run.sh            full subset (42 pages, 1,943 passages; about two minutes of embedding)
-#   eval/git-doc/run.sh --ci       CI subset (15 pages, 436 passages)
+#   eval/git-doc/run.sh            full subset (42 pages, 1,926 passages; about two minutes of embedding)
+#   eval/git-doc/run.sh --ci       CI subset (15 pages, 430 passages)
 #   eval/git-doc/run.sh --ci --min-recall 0.9    extra arguments go to `ragsync eval` (gates)
 #
 # Data goes to eval/git-doc/build/<variant>/ (gitignored): corpus/, questions.jsonl, corpus.json (package
