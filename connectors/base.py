@@ -35,6 +35,26 @@ class SourceDocument:
     fingerprint: str  # cheap change hint (e.g. mtime_ns+size); equal fingerprint => content not re-read
     fetch: Callable[[], Awaitable[bytes]]
     effective_from: datetime | None = None  # when None, the scanner takes it from the content, if stated
+    locked: bool = False
+    """Its access cannot be known (a broken manifest above it): every indexed copy becomes readable by
+    nobody, whatever its tenant, and the content is not read. `tenant` and `acl` mean nothing then."""
+
+
+SkipReason = Literal[
+    "symlink", "inside the ragsync home", "unsupported type", "too large", "binary", "unreadable", "not a file"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file the connector saw and did not index, with why: every such file is in the sync report."""
+
+    path: str  # relative to the source root
+    reason: SkipReason
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
 
 
 class SourceConnector(Protocol):
@@ -45,6 +65,11 @@ class SourceConnector(Protocol):
     @property
     def errors(self) -> list[str]:
         """Read errors of the last documents() pass; non-empty means the listing may be incomplete."""
+        ...
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """Files of the last documents() pass that are not documents (links, other types), with why."""
         ...
 
 

@@ -7,32 +7,66 @@
     [files."salaries.md"]          # relative to this manifest's folder
     read = ["group:hr", "user:ceo"]
 
-Subfolders inherit; for each file the nearest manifest that says anything about its readers wins
-(its own `[files]` entry first, then its `read`). `tenant` is inherited independently of `read`,
-except that a manifest which switches to a *different* tenant stops read inheritance: group names
-belong to a tenant, so "group:staff" of one tenant must never become readers in another. Anything
-that cannot be resolved fails closed: no tenant or a broken manifest means the file is not emitted
-(and the error is reported); `read = []` means nobody reads.
+Manifest semantics live in connectors.access (shared with the git wiki): nearest manifest wins,
+tenant switches stop read inheritance, and whatever cannot be resolved fails closed: no tenant
+means the file is not emitted (reported); a broken manifest, or a `[files]` key that matches no
+document, locks every document below it (readable by nobody until fixed); `read = []` means nobody.
+
+Never read (issue 8 item 1):
+- Links. A symlink, to a file or a folder, is not a document: it is skipped and reported, and a file
+  that a symlink replaces leaves the index like any removed file. Files are opened with O_NOFOLLOW
+  and checked against the inode the listing saw, so a link or another file swapped in after the
+  listing (a swapped parent folder too) is refused, not followed.
+- The ragsync home (`refuse`, passed by the composition root): a root inside it or containing it
+  is refused outright, and a hard link to one of its files is skipped.
+
+Hidden files and folders (".git", ".DS_Store", drafts) are ignored without a report entry; every
+other file that is not indexed is in `skipped` with its reason. `source_url` is `url_base` plus the
+document's path when given (where users open the file), else the path relative to the root: never
+the server's absolute path (item 10).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import stat
-import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import Path
+from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from connectors.access import (
+    MANIFEST_NAME,
+    TENANT_PATTERN,
+    Chain,
+    FileRule,
+    Manifest,
+    format_validation_error,
+    manifest_chain,
+    parse_manifest,
+    resolve_access,
+    resolve_tree,
+)
+from connectors.base import ContentType, Skipped, SourceDocument
 
-from connectors.base import ContentType, SourceDocument
-from schemas.events import ACL_ENTRY_PATTERN
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "EXTENSIONS",
+    "MANIFEST_NAME",
+    "TENANT_PATTERN",
+    "Chain",
+    "DriveConnector",
+    "FileRule",
+    "Manifest",
+    "document_url",
+    "format_validation_error",
+    "load_manifest",
+    "manifest_chain",
+    "parse_manifest",
+    "resolve_access",
+]
 
-MANIFEST_NAME = ".ragsync-acl.toml"
 EXTENSIONS: dict[str, ContentType] = {
     ".md": "markdown",
     ".markdown": "markdown",
@@ -40,215 +74,203 @@ EXTENSIONS: dict[str, ContentType] = {
     ".htm": "html",
     ".txt": "text",
 }
-TENANT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-
-_ACL_ENTRY = re.compile(ACL_ENTRY_PATTERN)
-
-
-def _check_entries(entries: tuple[str, ...]) -> tuple[str, ...]:
-    for entry in entries:
-        if not _ACL_ENTRY.match(entry):
-            raise ValueError(f"invalid ACL entry {entry!r} (expected 'group:<name>' or 'user:<id>')")
-    return tuple(sorted(set(entries)))
-
-
-class FileRule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    read: tuple[str, ...]
-
-    @field_validator("read")
-    @classmethod
-    def _read_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _check_entries(value)
-
-
-class Manifest(BaseModel):
-    """Strict on purpose: a typo such as `reads = [...]` must be an error, not an open folder."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tenant: str | None = Field(default=None, pattern=TENANT_PATTERN)
-    read: tuple[str, ...] | None = None
-    files: dict[str, FileRule] = {}
-
-    @field_validator("read")
-    @classmethod
-    def _read_entries(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return None if value is None else _check_entries(value)
-
-    @field_validator("files")
-    @classmethod
-    def _relative_names(cls, value: dict[str, FileRule]) -> dict[str, FileRule]:
-        out: dict[str, FileRule] = {}
-        for name, rule in value.items():
-            path = PurePosixPath(name)
-            if path.is_absolute() or ".." in path.parts or not path.parts:
-                raise ValueError(f"file name {name!r} must be relative to the manifest's folder")
-            out[str(path)] = rule
-        return out
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    messages = []
-    for error in exc.errors():
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]).lstrip(".")
-        message = str(error["msg"]).removeprefix("Value error, ")
-        messages.append(f"{where}: {message}" if where else message)
-    return "; ".join(messages)
-
-
-def parse_manifest(text: str | bytes, where: str) -> Manifest:
-    """A manifest's text (bytes are UTF-8) from any tree, e.g. a git blob; ValueError names `where`."""
-    try:
-        data: dict[str, Any] = tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
-        return Manifest.model_validate(data)
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"{where}: invalid ACL manifest: {exc}") from exc
-    except ValidationError as exc:
-        raise ValueError(f"{where}: invalid ACL manifest: {format_validation_error(exc)}") from exc
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+"""Files above this are skipped as "too large" before they are read (a setting may raise it)."""
 
 
 def load_manifest(path: Path) -> Manifest:
     """Raises ValueError with a message that names the manifest."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = _read_regular(path)
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ACL manifest: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: invalid ACL manifest: {exc}") from exc
-    return parse_manifest(text, str(path))
+    return parse_manifest(data, str(path))
 
 
-Chain = Sequence[tuple[str, Manifest]]  # (folder relative to root, "" for the root; its manifest), root first
+def document_url(url_base: str | None, doc_id: str) -> str:
+    """Where a reader opens the document: `url_base` + its percent-encoded path, else the bare path."""
+    if not url_base:
+        return doc_id
+    return f"{url_base.rstrip('/')}/{quote(doc_id, safe='/')}"
 
 
-def resolve_access(chain: Chain, doc_id: str) -> tuple[str | None, tuple[str, ...]]:
-    """Tenant and ACL of a document from the manifests above it (nearest last)."""
-    tenant = next((m.tenant for _, m in reversed(chain) if m.tenant), None)
-    for i in range(len(chain) - 1, -1, -1):
-        folder, manifest = chain[i]
-        name = doc_id[len(folder) + 1 :] if folder else doc_id
-        if name in manifest.files:
-            return tenant, manifest.files[name].read
-        if manifest.read is not None:
-            return tenant, manifest.read
-        above = next((m.tenant for _, m in reversed(chain[:i]) if m.tenant), None)
-        if manifest.tenant is not None and above is not None and manifest.tenant != above:
-            break
-    return tenant, ()
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def manifest_chain(manifests: Mapping[str, Manifest], doc_id: str) -> Chain:
-    """The chain for `resolve_access` in a tree known as a flat listing (a git tree, not a folder walk).
-
-    `manifests` maps each folder that has one ("" for the root) to its manifest; the chain is the
-    manifests of the document's ancestor folders, root first, exactly what the drive walk collects.
-    """
-    parts = doc_id.split("/")[:-1]
-    folders = ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
-    return [(folder, manifests[folder]) for folder in folders if folder in manifests]
+def _read_regular(path: Path, identity: tuple[int, int] | None = None, limit: int | None = None) -> bytes:
+    """The bytes of a regular file that is not a link (and is the inode listed, when given)."""
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if identity is not None and (st.st_dev, st.st_ino) != identity:
+            raise OSError(f"{path}: replaced since it was listed (a link or another file): not read")
+        if limit is not None and st.st_size > limit:
+            raise OSError(f"{path}: grew past {limit} bytes since it was listed")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass
-class _Listing:
-    manifest: Manifest | None = None
-    files: list[tuple[str, os.stat_result]] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
+class _File:
+    rel: str
+    path: Path
+    st: os.stat_result
+
+
+@dataclass
+class _Tree:
+    files: list[_File] = field(default_factory=list)
+    manifests: dict[str, Manifest] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)
+    skipped: list[Skipped] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    broken: bool = False
 
 
-def _list_dir(path: Path) -> _Listing:
-    """One folder, sorted; blocking, so it runs in a worker thread."""
-    listing = _Listing()
-    try:
-        with os.scandir(path) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        listing.errors.append(f"{path}: cannot list folder: {exc.strerror or exc}")
-        listing.broken = True
-        return listing
-    for entry in entries:
-        if entry.name == MANIFEST_NAME:
-            try:
-                listing.manifest = load_manifest(Path(entry.path))
-            except ValueError as exc:
-                listing.errors.append(str(exc))
-                listing.broken = True
-                return listing
-        elif entry.name.startswith("."):
+def _walk(root: Path, home_inodes: frozenset[tuple[int, int]], max_bytes: int) -> _Tree:
+    """The whole listing, blocking (runs in a worker thread); nothing is followed through a link."""
+    tree = _Tree()
+    pending = [(root, "")]
+    while pending:
+        folder, rel = pending.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            tree.errors.append(f"{folder}: cannot list folder: {exc.strerror or exc}")
+            tree.broken[rel] = "cannot list"
             continue
-        elif entry.is_dir(follow_symlinks=False):
-            listing.dirs.append(entry.name)
-        elif Path(entry.name).suffix.lower() in EXTENSIONS:
-            try:
-                st = os.stat(entry.path)
-            except OSError as exc:
-                listing.errors.append(f"{entry.path}: cannot read: {exc.strerror or exc}")
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.name == MANIFEST_NAME:
+                tree.where[rel] = entry.path
+                try:
+                    tree.manifests[rel] = load_manifest(Path(entry.path))
+                except ValueError as exc:
+                    tree.errors.append(str(exc))
+                    tree.broken[rel] = str(exc)
                 continue
-            if stat.S_ISREG(st.st_mode):
-                listing.files.append((entry.name, st))
-            elif not stat.S_ISDIR(st.st_mode):  # symlinked folders are not followed (loops)
-                listing.errors.append(f"{entry.path}: cannot read: not a regular file")
-    return listing
+            if entry.name.startswith("."):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                tree.errors.append(f"{entry.path}: cannot read: {exc.strerror or exc}")
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                tree.skipped.append(Skipped(child, "symlink", "links are never followed"))
+            elif stat.S_ISDIR(st.st_mode):
+                pending.append((Path(entry.path), child))
+            elif not stat.S_ISREG(st.st_mode):
+                tree.skipped.append(Skipped(child, "not a file", "a device, socket or pipe"))
+            elif (st.st_dev, st.st_ino) in home_inodes:
+                tree.skipped.append(Skipped(child, "inside the ragsync home", "a hard link to a file of the home"))
+            elif Path(entry.name).suffix.lower() not in EXTENSIONS:
+                tree.skipped.append(Skipped(child, "unsupported type"))
+            elif st.st_size > max_bytes:
+                tree.skipped.append(Skipped(child, "too large", f"{st.st_size} bytes, limit {max_bytes}"))
+            else:
+                tree.files.append(_File(child, Path(entry.path), st))
+    tree.files.sort(key=lambda f: f.rel)
+    return tree
 
 
-def _reader(path: Path) -> Callable[[], Awaitable[bytes]]:
-    async def fetch() -> bytes:
-        return await asyncio.to_thread(path.read_bytes)
-
-    return fetch
+def _inodes(folders: Sequence[Path]) -> frozenset[tuple[int, int]]:
+    found: set[tuple[int, int]] = set()
+    for folder in folders:
+        for dirpath, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                except OSError:
+                    continue
+                found.add((st.st_dev, st.st_ino))
+    return frozenset(found)
 
 
 class DriveConnector:
-    def __init__(self, root: Path) -> None:
+    """`refuse`: folders never read (the ragsync home); `url_base`: where users open the files
+    (else the root manifest's `url_base`, else the path relative to the root)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        refuse: Sequence[Path] = (),
+        url_base: str | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         self.root = Path(root).resolve()
         self.name = f"drive:{self.root}"
+        self.refuse = tuple(Path(p).resolve() for p in refuse)
+        self.url_base = url_base
+        self.max_bytes = max_bytes
         self._errors: list[str] = []
+        self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
+        self._skipped: list[Skipped] = []
 
     @property
     def errors(self) -> list[str]:
         return list(self._errors)
 
+    @property
+    def skipped(self) -> list[Skipped]:
+        return list(self._skipped)
+
+    def _refused(self) -> str | None:
+        for home in self.refuse:
+            if self.root == home or self.root.is_relative_to(home):
+                return f"{self.root}: refusing to sync a folder inside the ragsync home {home}"
+            if home.is_relative_to(self.root):
+                return f"{self.root}: refusing to sync a folder that contains the ragsync home {home}"
+        return None
+
     async def documents(self) -> AsyncIterator[SourceDocument]:
-        self._errors = []
+        self._errors, self._skipped = [], []
+        refused = self._refused()
+        if refused is not None:
+            self._errors.append(refused)
+            return
         if not self.root.is_dir():
             self._errors.append(f"{self.root}: not a folder")
             return
-        async for doc in self._walk(self.root, "", ()):
-            yield doc
-
-    async def _walk(self, folder: Path, rel: str, chain: Chain) -> AsyncIterator[SourceDocument]:
-        listing = await asyncio.to_thread(_list_dir, folder)
-        self._errors.extend(listing.errors)
-        if listing.broken:
-            return  # fail closed: nothing below a manifest we cannot read is emitted
-        if listing.manifest is not None:
-            chain = (*chain, (rel, listing.manifest))
-        stats = dict(listing.files)
-        for name in sorted([*stats, *listing.dirs]):
-            child_rel = f"{rel}/{name}" if rel else name
-            if name in stats:
-                doc = self._document(folder / name, child_rel, stats[name], chain)
-                if doc is not None:
-                    yield doc
-            else:
-                async for doc in self._walk(folder / name, child_rel, chain):
-                    yield doc
-
-    def _document(self, path: Path, doc_id: str, st: os.stat_result, chain: Chain) -> SourceDocument | None:
-        tenant, acl = resolve_access(chain, doc_id)
-        if tenant is None:
-            self._errors.append(f"{path}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`")
-            return None
-        return SourceDocument(
-            doc_id=doc_id,
-            tenant=tenant,
-            acl=acl,
-            title=path.stem,
-            content_type=EXTENSIONS[path.suffix.lower()],
-            source_url=path.as_uri(),
-            fingerprint=f"{st.st_mtime_ns}-{st.st_size}",
-            fetch=_reader(path),
+        home_inodes = await asyncio.to_thread(_inodes, [h for h in self.refuse if h.is_dir()])
+        tree = await asyncio.to_thread(_walk, self.root, home_inodes, self.max_bytes)
+        self._errors.extend(tree.errors)
+        self._skipped.extend(tree.skipped)
+        access, errors, self.locked_folders = resolve_tree(
+            tree.manifests, tree.broken, [f.rel for f in tree.files], tree.where
         )
+        self._errors.extend(errors)
+        root_manifest = tree.manifests.get("")
+        url_base = self.url_base or (root_manifest.url_base if root_manifest is not None else None)
+        for file in tree.files:
+            granted = access[file.rel]
+            if granted.tenant is None and not granted.locked:
+                self._errors.append(f"{file.path}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`")
+                continue
+            yield SourceDocument(
+                doc_id=file.rel,
+                tenant=granted.tenant or "",
+                acl=granted.acl,
+                title=file.path.stem,
+                content_type=EXTENSIONS[file.path.suffix.lower()],
+                source_url=document_url(url_base, file.rel),
+                fingerprint=f"{file.st.st_mtime_ns}-{file.st.st_size}",
+                fetch=self._reader(file),
+                locked=granted.locked,
+            )
+
+    def _reader(self, file: _File) -> Callable[[], Awaitable[bytes]]:
+        identity = (file.st.st_dev, file.st.st_ino)
+
+        async def fetch() -> bytes:
+            return await asyncio.to_thread(_read_regular, file.path, identity, self.max_bytes)
+
+        return fetch

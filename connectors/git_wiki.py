@@ -12,8 +12,9 @@ even if the branch moves during a scan.
 
 Access comes from `.ragsync-acl.toml` manifests committed in the tree, with exactly the drive
 connector's semantics (connectors.drive: nearest manifest wins, tenant switches stop read
-inheritance, hidden files and folders are ignored, no tenant or a broken manifest fails closed and
-is reported). `subdir` is the root, like the drive connector's folder: doc IDs are relative to it
+inheritance, hidden files and folders are ignored, no tenant fails closed and is reported, a broken
+manifest or a `[files]` key matching no page locks the pages below it: readable by nobody).
+`subdir` is the root, like the drive connector's folder: doc IDs are relative to it
 and manifests above it do not apply.
 
 Decisions:
@@ -42,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from connectors.base import SourceDocument
-from connectors.drive import EXTENSIONS, MANIFEST_NAME, Manifest, manifest_chain, parse_manifest, resolve_access
+from connectors.access import MANIFEST_NAME, Manifest, parse_manifest, resolve_tree
+from connectors.base import Skipped, SourceDocument
+from connectors.drive import EXTENSIONS
 
 DEFAULT_URL_TEMPLATE = "git+file://{repo}#{commit}:{path}"
 """`<commit>:<path>` is git's own object name, so `git show` opens exactly the version indexed."""
@@ -113,42 +115,49 @@ class GitWikiConnector:
         self.timeout_s = timeout_s
         self.name = f"git:{self.repo}:{self.subdir}"
         self._errors: list[str] = []
+        self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
+        self._skipped: list[Skipped] = []
 
     @property
     def errors(self) -> list[str]:
         return list(self._errors)
 
+    @property
+    def skipped(self) -> list[Skipped]:
+        return list(self._skipped)
+
     async def documents(self) -> AsyncIterator[SourceDocument]:
-        self._errors = []
+        self._errors, self._skipped = [], []
         try:
             commit = await self._resolve()
             entries = await self._list(commit)
         except GitError as exc:
             self._errors.append(str(exc))
             return
-        manifests, broken = await self._manifests(entries)
+        manifests, broken, where = await self._manifests(entries)
         pages = sorted(
             (e for e in entries if e.rel.rsplit("/", 1)[-1] != MANIFEST_NAME),
             key=lambda e: e.rel,
         )
+        access, errors, self.locked_folders = resolve_tree(manifests, broken, [e.rel for e in pages], where)
+        self._errors.extend(errors)
         for entry in pages:
-            if any(folder == "" or entry.rel.startswith(folder + "/") for folder in broken):
-                continue  # fail closed: nothing below a manifest we cannot read is emitted
-            tenant, acl = resolve_access(manifest_chain(manifests, entry.rel), entry.rel)
-            if tenant is None:
+            granted = access[entry.rel]
+            if granted.tenant is None and not granted.locked:
                 self._errors.append(
                     f"{self._where(entry.path)}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`"
                 )
                 continue
             yield SourceDocument(
                 doc_id=entry.rel,
-                tenant=tenant,
-                acl=acl,
+                tenant=granted.tenant or "",
+                acl=granted.acl,
                 title=PurePosixPath(entry.rel).stem,
                 content_type=EXTENSIONS[PurePosixPath(entry.rel).suffix.lower()],
                 source_url=self._url(commit, entry),
                 fingerprint=entry.sha,
                 fetch=self._reader(entry),
+                locked=granted.locked,
             )
 
     async def _resolve(self) -> str:
@@ -189,7 +198,7 @@ class GitWikiConnector:
             except UnicodeDecodeError:
                 self._errors.append(f"{self.repo}@{self.ref}: {raw_path!r}: path is not UTF-8, skipped")
                 continue
-            if kind != b"blob" or not path.startswith(prefix):
+            if kind not in (b"blob", b"commit") or not path.startswith(prefix):
                 continue
             rel = path[len(prefix) :]
             *folders, name = rel.split("/")
@@ -198,29 +207,40 @@ class GitWikiConnector:
             # Manifests of any mode are kept so a symlinked one is reported, not silently ignored.
             if name == MANIFEST_NAME or (_is_page(name) and mode in _REGULAR_MODES):
                 entries.append(_Entry(path, rel, mode, sha.decode()))
+            elif name.startswith("."):
+                continue
+            elif mode == b"120000":
+                self._skipped.append(Skipped(rel, "symlink", "links are never followed"))
+            elif mode not in _REGULAR_MODES:
+                self._skipped.append(Skipped(rel, "not a file", "a submodule"))
+            else:
+                self._skipped.append(Skipped(rel, "unsupported type"))
         return entries
 
-    async def _manifests(self, entries: list[_Entry]) -> tuple[dict[str, Manifest], set[str]]:
-        """Every committed manifest by folder, and the folders whose manifest is broken."""
+    async def _manifests(self, entries: list[_Entry]) -> tuple[dict[str, Manifest], dict[str, str], dict[str, str]]:
+        """Every committed manifest by folder, the folders whose manifest is broken, and their names."""
         manifests: dict[str, Manifest] = {}
-        broken: set[str] = set()
+        broken: dict[str, str] = {}
+        where: dict[str, str] = {}
         for entry in entries:
             if entry.rel.rsplit("/", 1)[-1] != MANIFEST_NAME:
                 continue
             folder = entry.rel.rpartition("/")[0]
-            where = self._where(entry.path)
+            where[folder] = self._where(entry.path)
             try:
                 if entry.mode not in _REGULAR_MODES:
-                    raise ValueError(f"{where}: invalid ACL manifest: not a regular file (symlinks are not followed)")
+                    raise ValueError(
+                        f"{where[folder]}: invalid ACL manifest: not a regular file (symlinks are not followed)"
+                    )
                 try:
                     data = await self._git("cat-file", "blob", entry.sha)
                 except GitError as exc:
-                    raise ValueError(f"{where}: cannot read ACL manifest: {exc}") from None
-                manifests[folder] = parse_manifest(data, where)
+                    raise ValueError(f"{where[folder]}: cannot read ACL manifest: {exc}") from None
+                manifests[folder] = parse_manifest(data, where[folder])
             except ValueError as exc:
                 self._errors.append(str(exc))
-                broken.add(folder)
-        return manifests, broken
+                broken[folder] = str(exc)
+        return manifests, broken, where
 
     def _reader(self, entry: _Entry) -> Callable[[], Awaitable[bytes]]:
         async def fetch() -> bytes:

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from connectors.base import SourceConnector, SourceDocument, content_metadata
+from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
@@ -46,6 +46,8 @@ class ScanReport:
     unchanged: int = 0
     errors: list[str] = field(default_factory=list)
     deletes_skipped: bool = False
+    locked: int = 0  # ACL events that made documents under a broken manifest readable by nobody
+    skipped: list[Skipped] = field(default_factory=list)  # files seen and not indexed, with why
 
 
 def build_event(
@@ -92,10 +94,26 @@ async def scan(
         state.put(source, replace(record, version=version, deleted=True))
         report.deletes += 1
 
+    def lock(doc: SourceDocument) -> None:
+        """Readable by nobody, under every tenant it is indexed for; never deleted for being unreadable."""
+        for record in state.live_elsewhere(source, doc.doc_id, ""):
+            seen.add((record.tenant, record.doc_id))
+            if record.acl == ():
+                report.unchanged += 1
+                continue
+            version = record.version + 1
+            publish(build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=()), now()))
+            state.put(source, replace(record, version=version, acl=()))
+            report.acl_changes += 1
+            report.locked += 1
+
     async for doc in connector.documents():
-        seen.add((doc.tenant, doc.doc_id))
         if progress is not None:
             progress(1)
+        if doc.locked:
+            lock(doc)
+            continue
+        seen.add((doc.tenant, doc.doc_id))
         # Seen under a new tenant: the old tenant loses it now, whether or not this scan completes.
         for moved in state.live_elsewhere(source, doc.doc_id, doc.tenant):
             delete(moved, "moved to another tenant")
@@ -159,13 +177,25 @@ async def scan(
             )
 
     report.errors = [*connector.errors, *own_errors]
+    report.skipped = connector.skipped
     if connector.errors or fetch_failed:
         report.deletes_skipped = True
+        # Deletes wait for a complete listing, but a document gone from under a broken manifest
+        # must not keep its old readers meanwhile: it is locked like the documents still there.
+        locked_folders: tuple[str, ...] = getattr(connector, "locked_folders", ())
+        for record in state.live(source):
+            gone = (record.tenant, record.doc_id) not in seen
+            if gone and any(f == "" or record.doc_id.startswith(f + "/") for f in locked_folders):
+                lock(SourceDocument(record.doc_id, record.tenant, (), "", "text", "", "", _no_fetch, locked=True))
         return report
     for record in state.live(source):
         if (record.tenant, record.doc_id) not in seen:
             delete(record, "removed at source")
     return report
+
+
+async def _no_fetch() -> bytes:
+    raise RuntimeError("a locked document is never read")
 
 
 def upsert_payload(doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...]) -> UpsertPayload:

@@ -76,4 +76,4 @@ def sync_source(
 
 
 def sync_folder(components: Components, root: Path, **options: Any) -> SyncReport:
-    return sync_source(components, DriveConnector(root), **options)
+    return sync_source(components, DriveConnector(root, refuse=[components.settings.home]), **options)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import SourceConnector, SourceDocument, content_metadata
+from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
 from connectors.drive import DriveConnector, resolve_access
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
@@ -101,7 +101,7 @@ def upsert(event: Event) -> UpsertPayload:
 async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harness: Harness, drive: Path) -> None:
     progress: list[int] = []
     report, events = await harness.run(progress=progress.append)
-    assert report == ScanReport(upserts=6, errors=[])
+    assert report == ScanReport(upserts=6, errors=[], skipped=[Skipped("acme/policies/image.png", "unsupported type")])
     assert progress == [1] * 6
     assert [e.doc_id for e in events] == [
         "acme/board.md",
@@ -130,8 +130,7 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harne
     assert refunds.content_type == "markdown"
     assert refunds.content == FILES["acme/policies/refunds.md"]
     assert refunds.effective_from == datetime(2026, 1, 1, tzinfo=UTC)
-    assert refunds.source_url == (drive / "acme/policies/refunds.md").resolve().as_uri()
-    assert refunds.source_url.startswith("file:///")
+    assert refunds.source_url == "acme/policies/refunds.md", "relative to the root, never the server's path"
     assert len(refunds.content_hash) == 64
 
     onboarding = upsert(docs["acme/handbook/onboarding.html"])
@@ -161,7 +160,7 @@ async def test_second_scan_emits_nothing_and_reads_nothing(harness: Harness, dri
 
     report, events = await harness.run(Counting(drive))
     assert events == []
-    assert report == ScanReport(unchanged=6)
+    assert report == ScanReport(unchanged=6, skipped=[Skipped("acme/policies/image.png", "unsupported type")])
     assert reads == []
 
 
@@ -234,16 +233,20 @@ async def test_fetch_error_emits_no_deletes(harness: Harness, drive: Path) -> No
     assert not report.deletes_skipped
 
 
-async def test_broken_symlink_is_a_read_error_and_blocks_deletes(harness: Harness, drive: Path) -> None:
+async def test_symlinks_are_skipped_and_reported_and_a_replaced_file_is_deleted(harness: Harness, drive: Path) -> None:
     await harness.run()
     (drive / "acme/policies/refunds.md").unlink()
+    (drive / "acme/policies/refunds.md").symlink_to(drive / "acme/hr/salaries.md")  # an HR file, staff ACL
     (drive / "acme/policies/missing.md").symlink_to(drive / "nowhere.md")
     (drive / "acme/folder.md").mkdir()  # a folder with a document-like name is just a folder
     report, events = await harness.run()
-    assert events == []
-    assert report.deletes_skipped
-    [error] = report.errors
-    assert "acme/policies/missing.md" in error and "cannot read" in error
+    assert [(e.doc_id, e.kind) for e in events] == [("acme/policies/refunds.md", EventKind.DELETE)]
+    assert report.errors == [] and not report.deletes_skipped
+    assert [str(s) for s in report.skipped] == [
+        "acme/policies/image.png: unsupported type",
+        "acme/policies/missing.md: symlink (links are never followed)",
+        "acme/policies/refunds.md: symlink (links are never followed)",
+    ]
 
 
 async def test_invalid_manifest_is_reported_by_name_and_blocks_its_files(harness: Harness, drive: Path) -> None:
@@ -252,8 +255,11 @@ async def test_invalid_manifest_is_reported_by_name_and_blocks_its_files(harness
     manifest.write_text('read = ["group:hr", "staff"]\n')
     (drive / "acme/hr/new.md").write_text("# New\n")
     report, events = await harness.run()
-    assert events == [], "no file under a broken manifest is emitted, nothing is deleted"
-    assert report.deletes_skipped
+    assert sorted((e.doc_id, e.kind, e.payload) for e in events) == [
+        ("acme/hr/notes.txt", EventKind.ACL, AclPayload(acl=())),
+        ("acme/hr/salaries.md", EventKind.ACL, AclPayload(acl=())),
+    ], "what it governs is readable by nobody (never the old ACL); new.md is not emitted; nothing deleted"
+    assert report.deletes_skipped and report.locked == 2
     [error] = report.errors
     assert str(manifest.resolve()) in error
     assert "invalid ACL entry 'staff'" in error
@@ -322,6 +328,7 @@ async def test_versions_are_monotonic_through_edit_acl_delete_and_return(harness
             )
         elif step == "delete":
             path.unlink()
+            (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
         elif step == "restore":
             path.write_text("# Board minutes\n\nRevised.\n")
         _, events = await harness.run()
@@ -472,3 +479,172 @@ async def test_acl_change_is_applied_when_the_file_cannot_be_read(harness: Harne
     assert report.errors == ["acme/board.md: cannot read: permission denied"] and report.deletes_skipped
     _, events = await harness.run()
     assert [(e.kind, "Changed." in upsert(e).content) for e in events] == [(EventKind.UPSERT, True)]
+
+
+# ------------------------------------------------------------------ links and the home are never read (issue 8 item 1)
+
+
+async def test_links_to_anything_are_never_read(harness: Harness, drive: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "session.secret").write_text("CANARY-SECRET")
+    outside = tmp_path / "passwd"
+    outside.write_text("root:x:0:0:CANARY-PASSWD")
+    (drive / "acme/policies/secret.md").symlink_to(home / "session.secret")
+    (drive / "acme/policies/passwd.txt").symlink_to(outside)
+    (drive / "acme/policies/hr-link.md").symlink_to(drive / "acme/hr/salaries.md")
+    (drive / "acme/policies/hr-folder").symlink_to(drive / "acme/hr", target_is_directory=True)
+    (drive / "acme/policies/globex").symlink_to(drive / "globex", target_is_directory=True)
+    report, events = await harness.run(DriveConnector(drive, refuse=[home]))
+    assert len(events) == 6, "only the six real files"
+    assert all("CANARY" not in upsert(e).content and "Senior" not in upsert(e).content for e in events[:3])
+    links = {s.path for s in report.skipped if s.reason == "symlink"}
+    assert links == {f"acme/policies/{n}" for n in ("secret.md", "passwd.txt", "hr-link.md", "hr-folder", "globex")}
+    assert report.errors == []
+
+
+async def test_a_hard_link_to_a_file_of_the_home_is_skipped(harness: Harness, drive: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "session.secret").write_text("CANARY-SECRET")
+    os.link(home / "session.secret", drive / "acme/policies/secret.md")
+    report, events = await harness.run(DriveConnector(drive, refuse=[home]))
+    assert "acme/policies/secret.md" not in by_doc(events)
+    assert Skipped("acme/policies/secret.md", "inside the ragsync home", "a hard link to a file of the home") in (
+        report.skipped
+    )
+
+
+@pytest.mark.parametrize("where", ["root inside the home", "root contains the home", "root is the home"])
+async def test_a_root_inside_or_around_the_home_is_refused(tmp_path: Path, where: str) -> None:
+    if where == "root inside the home":
+        home, root = tmp_path / "home", tmp_path / "home" / "drive"
+    elif where == "root contains the home":
+        home, root = tmp_path / "drive" / ".ragsync", tmp_path / "drive"
+    else:
+        home = root = tmp_path / "drive"
+    write(root, {".ragsync-acl.toml": 'tenant = "t"\n', "a.md": "# A\n"})
+    home.mkdir(parents=True, exist_ok=True)
+    state = ConnectorState(tmp_path / "s.db")
+    events: list[Event] = []
+    report = await scan(DriveConnector(root, refuse=[home]), state, events.append)
+    state.close()
+    assert events == [] and report.deletes_skipped
+    [error] = report.errors
+    assert "refusing to sync" in error and str(home.resolve()) in error
+
+
+async def test_a_link_swapped_in_after_the_listing_is_not_followed(drive: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.md"
+    secret.write_text("CANARY")
+    docs = [d async for d in DriveConnector(drive).documents()]
+    board = next(d for d in docs if d.doc_id == "acme/board.md")
+    (drive / "acme/board.md").unlink()
+    (drive / "acme/board.md").symlink_to(secret)
+    with pytest.raises(OSError):
+        await board.fetch()
+    refunds = next(d for d in docs if d.doc_id == "acme/policies/refunds.md")
+    (drive / "acme/policies/refunds.md").unlink()
+    os.link(secret, drive / "acme/policies/refunds.md")  # another file (inode) at the listed path
+    with pytest.raises(OSError, match="replaced since it was listed"):
+        await refunds.fetch()
+
+
+def test_source_url_maps_to_url_base_and_never_shows_the_server_path(drive: Path) -> None:
+    import asyncio
+
+    async def urls(connector: DriveConnector) -> dict[str, str]:
+        return {d.doc_id: d.source_url async for d in connector.documents()}
+
+    based = asyncio.run(urls(DriveConnector(drive, url_base="https://drive.example/share/")))
+    assert based["acme/hr/salaries.md"] == "https://drive.example/share/acme/hr/salaries.md"
+    write(drive, {"acme/Q&A 2026 #1.md": "# QA\n"})
+    assert asyncio.run(urls(DriveConnector(drive, url_base="https://d.example")))["acme/Q&A 2026 #1.md"] == (
+        "https://d.example/acme/Q%26A%202026%20%231.md"
+    )
+    plain = asyncio.run(urls(DriveConnector(drive)))
+    assert plain["acme/hr/salaries.md"] == "acme/hr/salaries.md"
+    assert not any(str(drive) in url for url in plain.values())
+
+
+# ------------------------------------------------------------------ manifest rules fail closed (issue 8 item 4)
+
+
+async def test_a_files_key_matching_no_file_is_an_error_and_locks_the_folder(harness: Harness, drive: Path) -> None:
+    """Was: `Salaries.md` silently fell back to the folder's wider read (staff read the salaries)."""
+    write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:staff"]\n[files."Salaries.md"]\nread = ["group:hr"]\n'})
+    report, events = await harness.run()
+    assert "acme/hr/salaries.md" not in by_doc(events), "never published under the folder's read"
+    [error] = report.errors
+    assert "[files] 'Salaries.md' matches no document; did you mean 'salaries.md'?" in error
+    assert str((drive / "acme/hr/.ragsync-acl.toml").resolve()) in error
+
+    (drive / "acme/hr/.ragsync-acl.toml").write_text(
+        'read = ["group:staff"]\n[files."salaries.md"]\nread = ["group:hr"]\n'
+    )
+    report, events = await harness.run()
+    assert upsert(by_doc(events)["acme/hr/salaries.md"]).acl == ("group:hr",) and report.errors == []
+
+
+async def test_renaming_a_restricted_file_locks_it_instead_of_opening_it(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/board.md").rename(drive / "acme/board-2026.md")
+    report, events = await harness.run()
+    assert "acme/board-2026.md" not in {e.doc_id for e in events if e.kind is EventKind.UPSERT}
+    assert all(e.payload == AclPayload(acl=()) for e in events if e.kind is EventKind.ACL)
+    assert {e.doc_id for e in events} >= {"acme/handbook/onboarding.html", "acme/policies/refunds.md"}
+    assert report.deletes_skipped and "'board.md' matches no document" in report.errors[0]
+
+
+async def test_names_are_compared_in_nfc_and_globs_match_per_segment(harness: Harness, drive: Path) -> None:
+    import unicodedata
+
+    nfd = unicodedata.normalize("NFD", "résumé.md")
+    write(
+        drive,
+        {
+            f"acme/hr/{nfd}": "# CV\n",
+            "acme/hr/old/x.md": "# Old\n",
+            "acme/hr/.ragsync-acl.toml": (
+                'read = ["group:hr"]\n[files."résumé.md"]\nread = ["user:ann"]\n'  # NFC key, NFD file
+                '[files."*.txt"]\nread = ["user:ceo"]\n'
+            ),
+        },
+    )
+    report, events = await harness.run()
+    assert report.errors == []
+    acl = {e.doc_id: upsert(e).acl for e in events}
+    assert acl[f"acme/hr/{nfd}"] == ("user:ann",)
+    assert acl["acme/hr/notes.txt"] == ("user:ceo",), "a glob"
+    assert acl["acme/hr/old/x.md"] == ("group:hr",), "* never crosses a folder"
+    assert acl["acme/hr/salaries.md"] == ("group:hr",)
+
+
+async def test_globs_that_disagree_lock_the_document(harness: Harness, drive: Path) -> None:
+    write(
+        drive,
+        {"acme/hr/.ragsync-acl.toml": '[files."*.md"]\nread = ["group:hr"]\n[files."sal*"]\nread = ["group:all"]\n'},
+    )
+    report, events = await harness.run()
+    assert "acme/hr/salaries.md" not in by_doc(events)
+    assert any("all match 'salaries.md' with different readers" in e for e in report.errors)
+
+
+def test_manifest_entries_with_markup_characters_are_clean_errors(tmp_path: Path) -> None:
+    from connectors.drive import parse_manifest
+
+    with pytest.raises(ValueError) as caught:
+        parse_manifest('read = ["[/]"]\n', "m.toml")
+    assert (
+        str(caught.value)
+        == "m.toml: invalid ACL manifest: read: invalid ACL entry '[/]' (expected 'group:<name>' or 'user:<id>')"
+    )
+
+
+async def test_url_base_from_the_root_manifest(harness: Harness, drive: Path) -> None:
+    write(drive, {".ragsync-acl.toml": 'url_base = "https://files.example/acme"\n'})
+    _, events = await harness.run()
+    assert upsert(by_doc(events)["acme/board.md"]).source_url == "https://files.example/acme/acme/board.md"
+    write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\nurl_base = "https://x.example"\n'})
+    report, _ = await harness.run(DriveConnector(drive, url_base="https://argument.example"))
+    assert any("url_base is only read from the root manifest" in e for e in report.errors)

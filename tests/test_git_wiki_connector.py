@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from connectors.base import SourceDocument
+from connectors.base import Skipped, SourceDocument
 from connectors.git_wiki import GitWikiConnector
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
@@ -129,7 +129,7 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_committed_manif
         (EventKind.UPSERT, "acme", "acme/policies/refunds.md", 1, ("group:staff",)),
         (EventKind.UPSERT, "globex", "globex/faq.txt", 1, ()),
     ], "hidden pages and folders, other extensions and manifests are not documents"
-    assert report == ScanReport(upserts=5, errors=[])
+    assert report == ScanReport(upserts=5, errors=[], skipped=[Skipped("acme/logo.png", "unsupported type")])
 
     source = f"git:{repo.root.resolve()}:"
     assert all(e.source == source and e.occurred_at == NOW for e in events)
@@ -245,7 +245,10 @@ async def test_broken_manifest_is_reported_by_name_and_blocks_its_pages(harness:
     repo.git("rm", "-q", "acme/hr/salaries.md")
     repo.commit({"acme/hr/.ragsync-acl.toml": 'reads = ["group:hr"]\n', "acme/hr/new.md": "# New\n"}, "typo")
     report, events = await harness.run()
-    assert events == [], "nothing under the broken manifest is emitted, and nothing is deleted"
+    assert [(e.doc_id, e.kind, e.payload) for e in events] == [
+        ("acme/hr/handbook.html", EventKind.ACL, AclPayload(acl=())),
+        ("acme/hr/salaries.md", EventKind.ACL, AclPayload(acl=())),  # removed, not deleted yet: locked too
+    ], "what it governs is readable by nobody (never the old ACL); new.md is not emitted; nothing deleted"
     assert report.deletes_skipped
     [error] = report.errors
     assert f"{repo.root.resolve()}@HEAD:acme/hr/.ragsync-acl.toml" in error
@@ -312,3 +315,18 @@ def test_constructor_rejects_unsafe_arguments(tmp_path: Path) -> None:
             GitWikiConnector(tmp_path, **kwargs)
     path_with_space = GitWikiConnector(tmp_path / "my wiki")
     assert path_with_space.name == f"git:{(tmp_path / 'my wiki').resolve()}:"
+
+
+async def test_a_files_key_matching_no_page_is_an_error_and_locks_its_pages(harness: Harness, repo: Repo) -> None:
+    await harness.run()
+    manifest = 'tenant = "acme"\nread = ["group:staff"]\n[files."Board.md"]\nread = ["group:board"]\n'
+    repo.commit({"acme/.ragsync-acl.toml": manifest})
+    report, events = await harness.run()
+    assert {e.doc_id for e in events} == {
+        "acme/board.md",
+        "acme/policies/refunds.md",
+        "acme/hr/salaries.md",
+        "acme/hr/handbook.html",
+    }, "every page below the manifest"
+    assert all(e.payload == AclPayload(acl=()) for e in events), "locked, never opened to staff"
+    assert "[files] 'Board.md' matches no document; did you mean 'board.md'?" in report.errors[0]

@@ -19,12 +19,26 @@ from ragsync.wiring import build
 @click.option("--git", "is_git", is_flag=True, help="PATH is a git repository: index the wiki committed at --ref.")
 @click.option("--ref", default="HEAD", show_default=True, help="With --git: the branch, tag or commit to index.")
 @click.option("--subdir", default="", help="With --git: only this folder of the repository (its root for doc IDs).")
+@click.option(
+    "--url-base",
+    default=None,
+    help="Where users open the files: source_url = URL_BASE/<path> (default: the root manifest's url_base, "
+    "else the path relative to PATH).",
+)
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def sync(
-    ctx: click.Context, path: Path, is_git: bool, ref: str, subdir: str, force: bool, no_apply: bool, as_json: bool
+    ctx: click.Context,
+    path: Path,
+    is_git: bool,
+    ref: str,
+    subdir: str,
+    url_base: str | None,
+    force: bool,
+    no_apply: bool,
+    as_json: bool,
 ) -> None:
     """Scan PATH (a folder, or a git wiki with --git) for changes and apply them to every store and cache.
 
@@ -42,7 +56,11 @@ def sync(
     from ragsync.pipeline import sync_source
 
     settings = settings_of(ctx)
-    connector: SourceConnector = GitWikiConnector(path, ref=ref, subdir=subdir) if is_git else DriveConnector(path)
+    connector: SourceConnector = (
+        GitWikiConnector(path, ref=ref, subdir=subdir)
+        if is_git
+        else DriveConnector(path, refuse=[settings.home], url_base=url_base)
+    )
     apply = not no_apply and settings.profile == "embedded"
     components = build(settings)
     console = Console(stderr=True)
@@ -76,6 +94,8 @@ def sync(
         "deletes": report.scan.deletes,
         "unchanged": report.scan.unchanged,
         "errors": report.scan.errors,
+        "skipped": [{"path": s.path, "reason": s.reason, "detail": s.detail} for s in report.scan.skipped],
+        "locked": report.scan.locked,
         "deletes_skipped": report.scan.deletes_skipped,
         "reindexed": report.reindexed,
         "dense": dense,
@@ -94,8 +114,11 @@ def sync(
     else:
         for problem in report.scan.errors:
             note(f"read error: {problem}")
+        for skipped in report.scan.skipped:
+            note(f"not indexed: {skipped}")
         if report.scan.deletes_skipped:
             warn("deletions skipped: the scan had read errors, nothing was removed")
-        click.echo(" ".join(f"{k}={v}" for k, v in summary.items() if k != "errors"))
+        counts = {k: len(v) if k == "skipped" else v for k, v in summary.items() if k != "errors"}
+        click.echo(" ".join(f"{k}={v}" for k, v in counts.items()))
     if report.scan.errors:
         ctx.exit(EXIT_PARTIAL)

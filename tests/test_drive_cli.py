@@ -1,0 +1,49 @@
+"""The drive connector's safety rules as a user meets them through `ragsync sync`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ragsync.cli import main
+
+
+def env(home: Path) -> dict[str, str]:
+    return {"RAGSYNC_HOME": str(home), "RAGSYNC_EMBED_MODEL_PATH": str(home / "none"), "RAGSYNC_SESSION_SECRET": "s"}
+
+
+def drive(root: Path, manifest: str = 'tenant = "acme"\nread = ["group:staff"]\n') -> Path:
+    root.mkdir(parents=True)
+    (root / ".ragsync-acl.toml").write_text(manifest)
+    (root / "a.md").write_text("# A\n\nSome text.\n")
+    (root / "logo.png").write_bytes(b"\x89PNG\r\n")
+    return root
+
+
+def test_a_manifest_entry_with_markup_characters_is_a_clean_one_line_error(tmp_path: Path) -> None:
+    root = drive(tmp_path / "d", 'tenant = "acme"\nread = ["[/]"]\n')
+    out = CliRunner().invoke(main, ["sync", str(root)], env=env(tmp_path / "home"))
+    assert out.exit_code == 3, out.output
+    assert "invalid ACL entry '[/]' (expected 'group:<name>' or 'user:<id>')" in out.output
+    assert "Traceback" not in out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+
+
+def test_a_folder_that_contains_the_home_is_refused(tmp_path: Path) -> None:
+    root = drive(tmp_path / "d")
+    out = CliRunner().invoke(main, ["sync", str(root), "--json"], env=env(root / ".ragsync"))
+    assert out.exit_code == 3
+    report = json.loads(out.stdout)
+    assert report["upserts"] == 0 and "refusing to sync a folder that contains the ragsync home" in report["errors"][0]
+
+
+def test_files_not_indexed_are_listed_with_their_reason(tmp_path: Path) -> None:
+    root = drive(tmp_path / "d")
+    (root / "link.md").symlink_to(root / "a.md")
+    out = CliRunner().invoke(main, ["sync", str(root), "--url-base", "https://files.example"], env=env(tmp_path / "h"))
+    assert out.exit_code == 0, out.output
+    assert "not indexed: link.md: symlink (links are never followed)" in out.output
+    assert "not indexed: logo.png: unsupported type" in out.output
+    assert "upserts=1" in out.output and "skipped=2" in out.output
