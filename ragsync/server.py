@@ -27,6 +27,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -217,7 +218,52 @@ def server_app(
         state = ConnectorState(settings.home / "connectors.db")
         components.closers.append(state)
         app.mount("", create_webhook_app(publish_durably(components.events), secret, state))
+        _document_webhooks(app)
     return app
+
+
+def _document_webhooks(app: FastAPI) -> None:
+    """Add POST /v1/webhooks/{source} to the OpenAPI document, from the models that validate pushes.
+
+    The webhook app is mounted (FastAPI documents only its own routes), so its path is added here.
+    """
+    from pydantic import TypeAdapter
+
+    from connectors.webhook import SIGNATURE_HEADER, Push
+
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        push = TypeAdapter(Push).json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(push.pop("$defs", {}))
+        schema["paths"]["/v1/webhooks/{source}"] = {
+            "post": {
+                "summary": "Push one document change (upsert, ACL change or delete)",
+                "description": "Signed: the header carries sha256=<hex HMAC-SHA256 of the raw body> "
+                "(see connectors/webhook.py for the contract, including ordering and replays).",
+                "parameters": [
+                    {"name": "source", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": push}}},
+                "responses": {
+                    "202": {"description": "Published: the event is durably in the log."},
+                    "200": {"description": "Unchanged: equal to what is already published."},
+                    "401": {"description": "Missing or invalid signature."},
+                    "409": {"description": "Stale or out of order."},
+                    "422": {"description": "Invalid push."},
+                    "503": {"description": "The event log is unavailable; retry."},
+                },
+            }
+        }
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # ---- ragsync serve ------------------------------------------------------------------------------
@@ -283,17 +329,22 @@ def _serve_in_thread(app: ASGIApp, listener: Listener) -> tuple[threading.Thread
 
 def run_server(
     components: Components,
-    host: str,
-    port: int,
+    host: str = "127.0.0.1",
+    port: int = 8080,
     *,
+    listener: Listener | None = None,
     checks: Mapping[str, Check] | None = None,
+    configure: Callable[[FastAPI], None] | None = None,
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
     announce: Callable[[str], None] = print,
 ) -> None:
-    """Serve until interrupted: the API on host:port and operator metrics on their own listener.
+    """Serve until Ctrl-C or SIGTERM (both shut down gracefully, running the app's lifespan shutdown):
+    the API on host:port (or an already bound `listener`) and operator metrics on their own listener.
 
-    Raises SettingsError (before anything listens) for an unusable address or metrics exposure.
+    `checks` are added to /readyz; `configure` may add routes or wrap the lifespan (the home's owner
+    does) before serving. Raises SettingsError, before anything is served, for an unusable address or
+    a metrics exposure without credential.
     """
     import uvicorn
 
@@ -301,7 +352,9 @@ def run_server(
     check_metrics_exposure(settings)
     registry = new_registry()
     app = server_app(components, registry=registry, checks=checks)
-    api = bind(host, port)
+    if configure is not None:
+        configure(app)
+    api = listener if listener is not None else bind(host, port)
     metrics = bind(settings.metrics_host, settings.metrics_port) if settings.metrics_port is not None else None
     scheme = "https" if ssl_certfile else "http"
     api_url = api.url.replace("http://", f"{scheme}://", 1)
@@ -323,13 +376,26 @@ def run_server(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then raises the signal again: end through the
+    # `finally` blocks of the callers (stores closed) instead of dying on the default SIGTERM action.
+    previous = signal.signal(signal.SIGTERM, _exit_cleanly) if _main_thread() else None
     try:
         uvicorn.Server(config).run(sockets=[api.sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it already handled by shutting down
+    except KeyboardInterrupt:
         pass
     finally:
         if metrics_server is not None:
             metrics_server.should_exit = True
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 # ---- ragsync.server:app -------------------------------------------------------------------------

@@ -73,9 +73,9 @@ class Server:
             time.sleep(0.05)
         raise AssertionError(f"no line matching {pattern!r}; got: {self.lines}")
 
-    def stop(self) -> int:
+    def stop(self, how: signal.Signals = signal.SIGINT) -> int:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(how)
         try:
             return self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -156,7 +156,7 @@ def test_serve_startup_names_every_address(serve: tuple[Server, str, str, str]) 
     assert httpx.get(f"{api}/openapi.json").json()["paths"]["/v1/ask"]
     assert httpx.get(f"{api}/readyz").json()["status"] == "ready"
     assert any(f"docs {api}/docs" in line for line in server.lines)
-    assert server.stop() == 0
+    assert server.stop(signal.SIGTERM) == 0  # a graceful stop, as under a service manager
 
 
 def test_metrics_off_loopback_need_an_operator_credential(synced: tuple[dict[str, str], str]) -> None:
@@ -226,3 +226,23 @@ def test_the_asgi_app_refuses_bad_settings_in_one_line(tmp_path: Path) -> None:
     expected = "environment variable RAGSYNC_TOPK: unknown setting (did you mean RAGSYNC_TOP_K?)"
     assert any(expected in line for line in server.lines), server.lines
     assert not any("Traceback" in line for line in server.lines), server.lines
+
+
+def test_openapi_documents_webhook_pushes_from_their_models(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from ragsync.server import server_app
+    from ragsync.settings import Settings
+    from ragsync.wiring import build
+
+    components = build(Settings(home=tmp_path / "home", session_secret="s" * 32, webhook_secret="hook"))
+    try:
+        spec = TestClient(server_app(components)).get("/openapi.json").json()
+    finally:
+        components.close()
+
+    push = spec["paths"]["/v1/webhooks/{source}"]["post"]
+    assert "X-Ragsync-Signature" in [p["name"] for p in push["parameters"]]
+    assert {"UpsertPush", "AclPush", "DeletePush"} <= set(spec["components"]["schemas"])
+    assert spec["components"]["schemas"]["UpsertPush"]["additionalProperties"] is False
+    assert "/v1/ask" in spec["paths"]
