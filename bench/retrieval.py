@@ -15,19 +15,22 @@ the precomputed query vector. HNSW is built with EdgeVectorIndex.optimize() afte
 
 --profile cluster measures the same table against the cluster adapters: BM25 on a real Elasticsearch
 (ElasticLexicalIndex, a unique index prefix, bulk-loaded without per-batch refresh, refreshed once,
-dropped at the end) and dense through QdrantVectorIndex. Without --qdrant-url the dense side runs in
-qdrant-client's local mode, which evaluates the payload filter point by point in Python: those dense
-and fused figures are NOT representative of a Qdrant server, so by default they are measured at 10k
-passages only (--dense-max-passages) and with fewer queries (--dense-queries).
+dropped at the end), dense on the Qdrant server through QdrantVectorIndex (a unique collection, timed
+once the server reports it optimized, dropped at the end), fused = both through Retriever.search; and,
+in the same run on the same passages and query vectors, dense on qdrant-edge (the embedded adapter,
+HNSW built) so the two Qdrant deployments are compared side by side. `--qdrant-url local` runs
+qdrant-client's local mode instead of a server: it evaluates the payload filter point by point in
+Python, so those figures are NOT representative and are measured at 10k passages only.
 
     python3 bench/retrieval.py                    # 10k and 100k (~5-10 min on 2 cores)
     python3 bench/retrieval.py --sizes 10000 --queries 100
-    python3 bench/retrieval.py --profile cluster  # needs Elasticsearch at --es-url (~6-7 min on 2 cores)
+    python3 bench/retrieval.py --profile cluster  # Elasticsearch + Qdrant server + qdrant-edge (~15 min)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -183,6 +186,7 @@ def measure_rows(
     plan: dict[str, tuple[int, int]],
     extra: dict[str, Any],
     notes: dict[str, str] | None = None,
+    backends: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """p50/p95 per filter and ranker; `plan` maps ranker -> (queries, warm-up queries), absent = skipped."""
     settings = RetrievalSettings(k=8, candidates=50, bm25_floor=0.0, dense_floor=-1.0)
@@ -206,6 +210,7 @@ def measure_rows(
                 "passages": w.n,
                 "filter_admits": label,
                 "ranker": ranker,
+                **({"backend": backends[ranker]} if backends and ranker in backends else {}),
                 "queries": queries,
                 "p50_ms": round(_pct(latencies, 50), 2),
                 "p95_ms": round(_pct(latencies, 95), 2),
@@ -215,7 +220,11 @@ def measure_rows(
             if notes and ranker in notes:
                 row["note"] = notes[ranker]
             rows.append(row)
-            print(f"  {w.n} {label:>4} {ranker:12s} p50 {row['p50_ms']:8.2f} ms ({queries} queries)", file=sys.stderr)
+            print(
+                f"  {w.n} {label:>4} {ranker:12s} {row.get('backend', '')} p50 {row['p50_ms']:8.2f}"
+                f" p95 {row['p95_ms']:8.2f} ms ({queries} queries)",
+                file=sys.stderr,
+            )
     return rows
 
 
@@ -267,30 +276,61 @@ def load_elastic(lexical: Any, passages: list[Passage]) -> dict[str, Any]:
 def load_qdrant(vector: Any, passages: list[Passage], vectors: np.ndarray) -> dict[str, Any]:
     timings: dict[str, Any] = {}
     started = time.perf_counter()
-    for start in range(0, len(passages), 5000):
-        vector.upsert(passages[start : start + 5000], vectors[start : start + 5000])
+    for start in range(0, len(passages), 2000):
+        vector.upsert(passages[start : start + 2000], vectors[start : start + 2000])
     timings["load_vector_s"] = time.perf_counter() - started
     if not vector.local:
-        # a server builds HNSW in the background: wait until the collection is green (optimized)
+        # a server builds HNSW in the background: time queries only once the collection is green (optimized)
         started = time.perf_counter()
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 900
         client = vector._client
-        while client.get_collection(vector.collection).status != "green" and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            info = client.get_collection(vector.collection)
+            if info.status == "green" and info.optimizer_status == "ok":
+                break
             time.sleep(1)
         timings["optimize_s"] = time.perf_counter() - started
+        timings["qdrant_segments"] = int(info.segments_count or 0)
+        timings["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
+    count = vector.count(TENANT)
+    if count != len(passages):
+        raise RuntimeError(f"Qdrant holds {count} passages after the load, expected {len(passages)}")
     return timings
 
 
-def run_cluster_size(n: int, args: argparse.Namespace, rng: np.random.Generator, prefix: str) -> list[dict[str, Any]]:
-    from qdrant_client import QdrantClient
+def edge_rows(w: Workload, lexical: Any, queries: int) -> list[dict[str, Any]]:
+    """qdrant-edge on the same passages and query vectors: the embedded deployment of the same engine."""
+    with tempfile.TemporaryDirectory(prefix=f"ragsync-bench-edge-{w.n}-") as tmp:
+        vector = EdgeVectorIndex(Path(tmp) / "vectors", DIM)
+        try:
+            started = time.perf_counter()
+            for start in range(0, w.n, 2000):
+                vector.upsert(w.passages[start : start + 2000], w.vectors[start : start + 2000])
+            timings = {"edge_load_s": time.perf_counter() - started}
+            started = time.perf_counter()
+            vector.optimize()
+            timings["edge_optimize_s"] = time.perf_counter() - started
+            print(
+                f"{w.n} passages in qdrant-edge: load {timings['edge_load_s']:.1f}s,"
+                f" optimize {timings['edge_optimize_s']:.1f}s",
+                file=sys.stderr,
+            )
+            return measure_rows(
+                w, lexical, vector, {"dense": (queries, 20)}, timings, backends={"dense": "qdrant-edge"}
+            )
+        finally:
+            vector.close()
 
+
+def run_cluster_size(n: int, args: argparse.Namespace, rng: np.random.Generator, prefix: str) -> list[dict[str, Any]]:
     from indexer.elastic import ElasticLexicalIndex
-    from indexer.qdrant_server import QdrantVectorIndex
+    from indexer.qdrant_server import QdrantVectorIndex, connect, open_local
 
     w = workload(n, args.queries, rng)
     # refresh="false": no refresh per _bulk request during the load; load_elastic refreshes once
     lexical = ElasticLexicalIndex(args.es_url, prefix=f"{prefix}-{n}", refresh="false")
     vector = None
+    local_dir = None
     try:
         timings = load_elastic(lexical, w.passages)
         print(
@@ -300,24 +340,55 @@ def run_cluster_size(n: int, args: argparse.Namespace, rng: np.random.Generator,
         )
         plan = {"bm25": (args.queries, 20)}  # 20 warm-up queries: the JVM's JIT and query cache
         notes: dict[str, str] = {}
-        local = args.qdrant_url is None
+        local = args.qdrant_url == "local"
+        server = "local mode" if local else "qdrant-server"
+        backends = {"bm25": "elasticsearch", "dense": server, "fused (rrf)": f"elasticsearch + {server}"}
         if not local or n <= args.dense_max_passages:
-            client = QdrantClient(url=args.qdrant_url) if not local else QdrantClient(location=":memory:")
+            if local:
+                local_dir = tempfile.TemporaryDirectory(prefix="ragsync-bench-local-")
+                client = open_local(Path(local_dir.name))
+            else:
+                client = connect(args.qdrant_url)
             vector = QdrantVectorIndex(client, DIM, collection=f"{prefix}-{n}".replace("-", "_"))
             timings |= load_qdrant(vector, w.passages, w.vectors)
-            print(f"{n} passages in Qdrant: load {timings['load_vector_s']:.1f}s", file=sys.stderr)
+            print(
+                f"{n} passages in Qdrant: load {timings['load_vector_s']:.1f}s,"
+                f" optimized after {timings.get('optimize_s', 0):.1f}s more",
+                file=sys.stderr,
+            )
             dense_plan = (args.dense_queries, 2) if local else (args.queries, 20)
             plan |= {"dense": dense_plan, "fused (rrf)": dense_plan}
             if local:
                 notes = {"dense": LOCAL_MODE_CAVEAT, "fused (rrf)": LOCAL_MODE_CAVEAT}
-        return measure_rows(w, lexical, vector, plan, timings, notes)
+        rows = measure_rows(w, lexical, vector, plan, timings, notes, backends)
+        if vector is not None and not vector.local:
+            vector.drop_all()
+        if not args.no_edge:
+            rows += edge_rows(w, lexical, args.queries)
+        return rows
     finally:
         lexical.drop_all()
         lexical.close()
         if vector is not None:
             if not vector.local:
-                vector.drop_all()
+                with contextlib.suppress(Exception):
+                    vector.drop_all()
             vector.close()
+        if local_dir is not None:
+            local_dir.cleanup()
+
+
+def qdrant_version(url: str) -> str:
+    from indexer.qdrant_server import QdrantUnavailable, client_version, connect
+
+    try:
+        client = connect(url)
+    except QdrantUnavailable as exc:
+        sys.exit(str(exc))
+    try:
+        return f"Qdrant {client.info().version} at {url} (qdrant-client {client_version()})"
+    finally:
+        client.close()
 
 
 def elastic_version(url: str) -> str:
@@ -345,7 +416,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="default results/retrieval.json, or retrieval-cluster.json")
     cluster = parser.add_argument_group("cluster profile")
     cluster.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
-    cluster.add_argument("--qdrant-url", default=None, help="a Qdrant server; without it, qdrant-client local mode")
+    cluster.add_argument(
+        "--qdrant-url",
+        default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"),
+        help="the Qdrant server [env RAGSYNC_QDRANT_URL]; 'local' for qdrant-client's local mode (not representative)",
+    )
+    cluster.add_argument("--no-edge", action="store_true", help="skip the qdrant-edge rows")
     cluster.add_argument(
         "--dense-max-passages",
         type=int,
@@ -373,19 +449,28 @@ def main() -> None:
         out = args.out or RESULTS / "retrieval-cluster.json"
         title = "cluster profile"
         version = elastic_version(args.es_url)
-        local = args.qdrant_url is None
+        local = args.qdrant_url == "local"
         benchmark = "retrieval latency, cluster profile (elasticsearch + " + (
-            "qdrant-client local mode)" if local else "qdrant server)"
+            "qdrant-client local mode)" if local else "qdrant server), beside qdrant-edge"
         )
         backends = {
             "lexical": f"Elasticsearch {version} at {args.es_url}; the adapter's index: 1 shard, 0 replicas",
-            "vector": LOCAL_MODE_CAVEAT if local else f"Qdrant server at {args.qdrant_url}",
+            "vector": LOCAL_MODE_CAVEAT
+            if local
+            else qdrant_version(args.qdrant_url)
+            + "; one collection, tenant-keyed payload index, default HNSW (m=16, ef_construct=100)",
+            "edge": "qdrant-edge-py (the embedded adapter), HNSW built with optimize() before queries",
         }
         notes += [
             "bm25 = ElasticLexicalIndex.search over HTTP: includes the Python client and parsing 50 _source documents",
             f"Elasticsearch load: upsert batches of {ES_BATCH} (the adapter sends _bulk requests of 500) with"
             " refresh=false, then one refresh and a wait until no merge is running",
             "bm25 rows: 20 warm-up queries before the measured ones (JIT, filter cache)",
+            "dense = QdrantVectorIndex.search over HTTP (REST, qdrant-client): includes parsing 50 payloads into"
+            " passages; timed once the collection is green (HNSW built by the server's optimizer)",
+            "fused = ElasticLexicalIndex.search then QdrantVectorIndex.search (sequential) + RRF",
+            "qdrant-edge rows: the same passages, vectors and queries in the embedded engine, in this process",
+            "the machine is shared: other test suites may run meanwhile (2 cores)",
         ]
         if local:
             notes += [
@@ -413,13 +498,14 @@ def main() -> None:
     from rich.table import Table
 
     table = Table(title=f"Retrieval latency (ms), {title}, synthetic passages")
-    for col in ("passages", "filter admits", "ranker", "queries", "p50", "p95", "returned"):
-        table.add_column(col, justify="right" if col not in ("ranker", "filter admits") else "left")
+    for col in ("passages", "filter admits", "ranker", "backend", "queries", "p50", "p95", "returned"):
+        table.add_column(col, justify="right" if col not in ("ranker", "filter admits", "backend") else "left")
     for row in rows:
         table.add_row(
             f"{row['passages']:,}",
             row["filter_admits"],
             row["ranker"] + (" *" if "note" in row else ""),
+            row.get("backend", ""),
             str(row["queries"]),
             f"{row['p50_ms']:.2f}",
             f"{row['p95_ms']:.2f}",
