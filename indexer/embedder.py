@@ -9,17 +9,14 @@ Where the model comes from, in order:
 When neither works, dense retrieval is off and answers use BM25 alone; the loader says so once
 per process, however many commands or components ask for the model (the demo asked 11 times).
 
-Embedding is the ingest cost to avoid (25-55 passages/s on 2 cores for MiniLM), so vectors are
-cached by sha256(model, text): a new document version re-embeds only passages whose text
-changed, and identical text anywhere is embedded once.
+Embedding is the ingest cost to avoid, so vectors are cached by sha256(model, text): see
+`indexer.embedding_cache` (CachedEmbedder, re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.embedding_cache import CachedEmbedder as CachedEmbedder  # re-export
 from indexer.ports import Embedder, Vectors
 
 log = logging.getLogger(__name__)
@@ -151,59 +149,6 @@ class FastEmbedder:
     def embed_query(self, text: str) -> Vectors:
         row: Vectors = self.embed([text])[0]
         return row
-
-
-class CachedEmbedder:
-    """Wraps an embedder with a persistent SQLite cache keyed by sha256(model, text)."""
-
-    def __init__(self, inner: Embedder, path: Path) -> None:
-        self._inner = inner
-        self.model_name = inner.model_name
-        self.dim = inner.dim
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def _key(self, text: str) -> bytes:
-        return hashlib.sha256(f"{self.model_name}\x00{text}".encode()).digest()
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        keys = [self._key(t) for t in texts]
-        found: dict[bytes, Vectors] = {}
-        with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = list(dict.fromkeys(keys[start : start + 500]))
-                marks = ",".join("?" for _ in chunk)
-                for key, blob in self._conn.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk):
-                    found[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
-        missing: dict[bytes, str] = {}
-        for key, text in zip(keys, texts, strict=True):
-            if key not in found:
-                missing.setdefault(key, text)
-        self.hits += len(keys) - sum(1 for k in keys if k in missing)
-        self.misses += len(missing)
-        if missing:
-            fresh = self._inner.embed(list(missing.values()))
-            with self._lock:
-                self._conn.execute("BEGIN")
-                for key, row in zip(missing, fresh, strict=True):
-                    vec = np.asarray(row, dtype=np.float32)
-                    found[key] = vec
-                    self._conn.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?)", (key, vec.tobytes()))
-                self._conn.execute("COMMIT")
-        if not keys:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
-
-    def embed_query(self, text: str) -> Vectors:
-        return self._inner.embed_query(text)
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ excludes must never be scored by a ranker, cached or returned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -105,6 +105,17 @@ class Embedder(Protocol):
         """Unit-norm float32 rows, one per text."""
 
     def embed_query(self, text: str) -> Vectors: ...
+
+
+class EmbeddingCache(Protocol):
+    """Vectors (float32 bytes) by sha256(model, text): every embedder sharing one embeds a text once."""
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored values of the keys that are present; an unreachable store answers with none."""
+
+    def put_many(self, items: Mapping[bytes, bytes]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Cache(Protocol):

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, StoreUnavailable, VectorIndex
+from indexer.ports import (
+    Cache,
+    DeletionAudit,
+    DocStateStore,
+    Embedder,
+    EmbeddingCache,
+    LexicalIndex,
+    StoreUnavailable,
+    VectorIndex,
+)
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedder, field_weights
 from streams.ports import EventLog
@@ -55,7 +64,14 @@ class ClusterAdapters:
         )
 
     def embedder(self) -> Embedder | None:
-        return build_embedder(self.settings)
+        """The model behind the Redis embedding cache: a text any worker embedded is never embedded again."""
+
+        def shared() -> EmbeddingCache:
+            from indexer.redis_embeddings import RedisEmbeddingCache
+
+            return RedisEmbeddingCache(self.settings.redis_url, namespace=self.settings.redis_namespace)
+
+        return build_embedder(self.settings, shared)
 
     def vector(self, dim: int) -> VectorIndex:
         from indexer.qdrant_server import QdrantVectorIndex, connect, open_local

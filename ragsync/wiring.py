@@ -13,12 +13,23 @@ once against servers, and what keeps a publisher from taking the embedded vector
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any, Protocol
 
 from indexer.cache import InProcessCache
-from indexer.embedder import CachedEmbedder, load_embedder
-from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, FieldWeights, LexicalIndex, VectorIndex
+from indexer.embedder import load_embedder
+from indexer.embedding_cache import CachedEmbedder
+from indexer.ports import (
+    Cache,
+    DeletionAudit,
+    DocStateStore,
+    Embedder,
+    EmbeddingCache,
+    FieldWeights,
+    LexicalIndex,
+    VectorIndex,
+)
 from indexer.sink import IndexSink
 from query.ports import Model, Reranker
 from query.retrieval import RetrievalSettings, Retriever
@@ -167,7 +178,8 @@ def field_weights(settings: Settings) -> FieldWeights:
     return FieldWeights(title=settings.bm25_title_weight, heading=settings.bm25_heading_weight)
 
 
-def build_embedder(settings: Settings) -> Embedder | None:
+def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | None = None) -> Embedder | None:
+    """The model behind its embedding cache: `cache` opens the profile's shared one, else SQLite in the home."""
     inner = load_embedder(
         settings.embed_model_path,
         settings.embed_model_name,
@@ -176,7 +188,7 @@ def build_embedder(settings: Settings) -> Embedder | None:
     )
     if inner is None:
         return None
-    return CachedEmbedder(inner, settings.home / "embeddings.db")
+    return CachedEmbedder(inner, cache() if cache is not None else settings.home / "embeddings.db")
 
 
 class EmbeddedAdapters:

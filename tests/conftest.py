@@ -207,6 +207,48 @@ def cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     c.close()
 
 
+# ---- embedding caches ------------------------------------------------------------------------
+# Each factory returns an opener: every call opens another adapter on the SAME storage, the way a
+# second worker (another process, another machine) would see what the first one stored.
+
+
+def _sqlite_embedding_cache(tmp: Path) -> Callable[[], Any]:
+    from indexer.embedding_cache import SqliteEmbeddingCache
+
+    return lambda: SqliteEmbeddingCache(tmp / "embeddings.db")
+
+
+def _redis_embedding_cache(tmp: Path) -> Callable[[], Any]:
+    require_service("redis")
+    from indexer.redis_embeddings import RedisEmbeddingCache
+
+    namespace = unique("emb")
+    return lambda: RedisEmbeddingCache("redis://127.0.0.1:6379/0", namespace=namespace)
+
+
+EMBEDDING_CACHE_FACTORIES: dict[str, Callable[[Path], Callable[[], Any]]] = {
+    "sqlite": _sqlite_embedding_cache,
+    "redis": _redis_embedding_cache,
+}
+
+
+@pytest.fixture(params=list(EMBEDDING_CACHE_FACTORIES))
+def open_embedding_cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    opener = EMBEDDING_CACHE_FACTORIES[request.param](tmp_path)
+    opened: list[Any] = []
+
+    def open_one() -> Any:
+        opened.append(opener())
+        return opened[-1]
+
+    yield open_one
+    drop = getattr(opened[0], "drop_all", None) if opened else None
+    if drop:
+        drop()
+    for cache in opened:
+        cache.close()
+
+
 # ---- event logs -------------------------------------------------------------------------------
 
 

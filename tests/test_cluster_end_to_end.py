@@ -62,6 +62,20 @@ def cluster_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         qdrant.delete_collection(f"e2e{tag}")
     finally:
         qdrant.close()
+    from indexer.redis_cache import RedisCache
+
+    RedisCache("redis://127.0.0.1:6379/0", namespace=f"e2e{tag}").drop_all()
+
+
+def shared_embeddings(env: dict[str, str]) -> int:
+    """Vectors the workers left in the shared (Redis) embedding cache."""
+    import redis
+
+    client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        return sum(1 for _ in client.scan_iter(match=f"{env['RAGSYNC_REDIS_NAMESPACE']}:emb:*", count=500))
+    finally:
+        client.close()
 
 
 def points(env: dict[str, str], tenant: str, doc_id: str | None = None) -> int:
@@ -132,6 +146,7 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         held = points(cluster_env, "acme", "acme/hr/salaries.md")
         assert held >= len(set(salaries_dense)) > 0
         assert points(cluster_env, "acme") >= 3 and points(cluster_env, "globex") >= 1
+        assert shared_embeddings(cluster_env) >= points(cluster_env, "acme"), "the worker's vectors are shared"
 
         # Other principals: staff without hr, and another tenant, never get a salaries passage from either ranker.
         for token, tenant in ((ann, "acme"), (gil, "globex")):

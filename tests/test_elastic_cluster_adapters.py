@@ -117,6 +117,11 @@ def test_build_cluster_wires_the_cluster_adapters(tmp_path: Path) -> None:
         assert isinstance(components.audit, ElasticDeletionAudit)
         if components.embedder is not None:
             assert isinstance(components.vector, QdrantVectorIndex)
+            from indexer.embedding_cache import CachedEmbedder
+            from indexer.redis_embeddings import RedisEmbeddingCache
+
+            assert isinstance(components.embedder, CachedEmbedder)
+            assert isinstance(components.embedder.cache, RedisEmbeddingCache), "workers share one embedding cache"
             assert not components.vector.local, "the cluster profile uses the Qdrant server by default"
             assert components.vector.dim == components.embedder.dim
             assert components.vector.collection == settings.qdrant_collection

@@ -1,0 +1,111 @@
+"""The embedding cache: vectors by sha256(model, text), so a text is embedded once wherever it appears.
+
+Embedding is the ingest cost to avoid (25-55 passages/s on 2 cores for MiniLM). A new document
+version re-embeds only the passages whose text changed, a second tenant's copy of a text costs no
+embedding, and on the cluster profile a vector one worker computed is found by every other worker
+on every machine (`indexer.redis_embeddings`); the embedded profile keeps the same cache in SQLite.
+
+`CachedEmbedder` is the one place the cache is consulted. A cached value that is not a vector of
+the model's dimension (a corrupt or foreign entry) is a miss and is overwritten, never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from indexer.ports import Embedder, EmbeddingCache, Vectors
+
+
+def embedding_key(model_name: str, text: str) -> bytes:
+    return hashlib.sha256(f"{model_name}\x00{text}".encode()).digest()
+
+
+class SqliteEmbeddingCache:
+    """One table of (key, float32 bytes) in WAL mode: processes sharing a home share the cache."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
+        self._lock = threading.Lock()
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        found: dict[bytes, bytes] = {}
+        unique = list(dict.fromkeys(keys))
+        with self._lock:
+            for start in range(0, len(unique), 500):
+                chunk = unique[start : start + 500]
+                marks = ",".join("?" for _ in chunk)
+                for key, blob in self._conn.execute(f"SELECT key, vector FROM vectors WHERE key IN ({marks})", chunk):
+                    found[bytes(key)] = bytes(blob)
+        return found
+
+    def put_many(self, items: Mapping[bytes, bytes]) -> None:
+        if not items:
+            return
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", list(items.items()))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class CachedEmbedder:
+    """Wraps an embedder with an EmbeddingCache (or a SQLite file, given a path)."""
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | Path) -> None:
+        self._inner = inner
+        self.model_name = inner.model_name
+        self.dim = inner.dim
+        self.cache: EmbeddingCache = SqliteEmbeddingCache(cache) if isinstance(cache, Path) else cache
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _vector(self, blob: bytes) -> Vectors | None:
+        if len(blob) != self.dim * 4:
+            return None
+        return np.frombuffer(blob, dtype=np.float32)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [embedding_key(self.model_name, t) for t in texts]
+        found: dict[bytes, Vectors] = {}
+        for key, blob in self.cache.get_many(keys).items():
+            vector = self._vector(blob)
+            if vector is not None:
+                found[key] = vector
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts, strict=True):
+            if key not in found:
+                missing.setdefault(key, text)
+        with self._lock:
+            self.hits += sum(1 for k in keys if k not in missing)
+            self.misses += len(missing)
+        if missing:
+            fresh = np.asarray(self._inner.embed(list(missing.values())), dtype=np.float32)
+            rows = dict(zip(missing, fresh, strict=True))
+            found.update(rows)
+            self.cache.put_many({key: row.tobytes() for key, row in rows.items()})
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+    def embed_query(self, text: str) -> Vectors:
+        return self._inner.embed_query(text)
+
+    def close(self) -> None:
+        self.cache.close()
