@@ -24,6 +24,18 @@ from ragsync.settings import Settings
 from ragsync.wiring import Components, build
 
 
+def drop_indices(prefix: str) -> None:
+    from elasticsearch import Elasticsearch
+
+    es = Elasticsearch("http://127.0.0.1:9200")
+    try:
+        names = list(es.indices.get(index=f"{prefix}*"))
+        if names:
+            es.indices.delete(index=",".join(names))
+    finally:
+        es.close()
+
+
 @pytest.fixture
 def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Components]]:
     """Every Components a command builds, kept for inspection after the command closed it."""
@@ -99,12 +111,33 @@ def test_cluster_sync_opens_only_kafka_and_ask_only_the_read_side(tmp_path: Path
     out = runner.invoke(main, ["audit", "deletions", "--json"], env=env, catch_exceptions=False)
     assert out.exit_code == 0, out.output
     assert built[-1].opened() == ["audit"]
-    from elasticsearch import Elasticsearch
+    drop_indices(tag)
 
-    es = Elasticsearch("http://127.0.0.1:9200")
+
+@pytest.mark.cluster
+def test_a_cluster_worker_opens_the_write_side_and_not_the_event_log(tmp_path: Path) -> None:
+    """The Faust worker reads Kafka itself; what it builds from Components is the sink (streams/faust_app.py)."""
+    for service in ("elasticsearch", "redis", "qdrant"):
+        require_service(service)
+    from conftest import MODEL_PATH
+
+    if not (MODEL_PATH / "model.onnx").is_file():
+        pytest.skip(f"no embedding model at {MODEL_PATH}")
+    tag = unique("ports")
+    settings = Settings(
+        profile="cluster",
+        home=tmp_path / "home",
+        embed_model_path=MODEL_PATH,
+        es_index_prefix=tag,
+        redis_namespace=tag,
+        qdrant_collection=tag,
+    )
+    components = build(settings)
     try:
-        names = list(es.indices.get(index=f"{tag}*"))
-        if names:
-            es.indices.delete(index=",".join(names))
+        components.sink()
+        assert sorted(components.opened()) == ["audit", "cache", "docs", "embedder", "lexical", "vector"]
+        assert components.vector is not None
+        components.vector.drop_all()  # type: ignore[attr-defined]
     finally:
-        es.close()
+        components.close()
+        drop_indices(tag)

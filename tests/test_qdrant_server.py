@@ -91,3 +91,39 @@ def test_cli_prints_one_line_when_qdrant_is_down(tmp_path: Path) -> None:
     assert result.exit_code == 1
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1].startswith(f"error: Qdrant server not reachable at {url}"), result.output
+
+
+def test_one_collection_tenant_keyed_with_payload_only_acl_updates() -> None:
+    require_service("qdrant")
+    import numpy as np
+    from conftest import DIM, NOW, make_passage, unique, unit
+
+    from indexer.payload import point_id
+    from indexer.qdrant_server import QdrantVectorIndex
+    from schemas.principal import AccessFilter
+
+    index = QdrantVectorIndex(connect(QDRANT_URL), DIM, collection=unique("test_layout_"))
+    try:
+        index.upsert(
+            [make_passage("a", anchor="a-1"), make_passage("g", tenant="globex", anchor="g-1")],
+            np.stack([unit(1, 0), unit(0, 1)]),
+        )
+        client = index._client
+        schema = client.get_collection(index.collection).payload_schema
+        tenant = schema["tenant"].params
+        assert tenant is not None and getattr(tenant, "is_tenant", False), "tenant must be the tenant key"
+        for field, kind in (("acl", "keyword"), ("doc_id", "keyword")):
+            assert schema[field].data_type == kind
+        for field in ("effective_from", "superseded_on"):
+            assert schema[field].data_type == "datetime"
+        assert index.count("acme") == 1 and index.count("globex") == 1, "both tenants share one collection"
+
+        pid = point_id("acme", "doc.md@1#a-1")
+        before = client.retrieve(index.collection, [pid], with_vectors=True)[0].vector
+        index.set_acl("acme", "doc.md", ["group:board"])
+        after = client.retrieve(index.collection, [pid], with_vectors=True, with_payload=True)[0]
+        assert after.vector == before and (after.payload or {})["acl"] == ["group:board"]
+        assert index.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 5, 0.0) == []
+    finally:
+        index.drop_all()
+        index.close()
