@@ -8,28 +8,25 @@ Doc state `_id` is a hash of (tenant, doc_id): IDs of any length, no separator a
 a `get` by ID is real-time (no refresh needed). The stored tenant and doc_id are compared on
 read as well, so a hash collision can never hand one tenant another's state.
 
-The deletion audit is append-only: each record is written with `op_type=create` and
-`_id = event_id`, so a redelivered delete hits a 409 conflict, which is the "already recorded"
-answer, never an overwrite. The adapter has no update or delete method. Instants are stored as
-epoch milliseconds in `date` fields with format `epoch_millis`: `_source` returns the exact
-integer written (ms round-trip), and the fields stay range-queryable as dates.
+The deletion audit is append-only and hash-chained (see ElasticDeletionAudit): records are
+created, never updated, and each carries the hash of the one before it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
-import time
 from dataclasses import fields
-from datetime import datetime
 from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoundError
 
+from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
+from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.elastic import check_prefix, connect
-from indexer.ports import DeletionRecord, DocState
-from schemas._time import from_epoch_ms, to_epoch_ms
+from indexer.ports import DeletionRecord, DocState, PurgeRecord
 
 PAGE_SIZE = 1000
 
@@ -132,95 +129,188 @@ class ElasticDocStates:
 
 
 class ElasticDeletionAudit:
-    """DeletionAudit: `<prefix>-deletion-audit`, one create-only document per delete event.
+    """DeletionAudit in Elasticsearch, hash-chained like the SQLite one (indexer.audit_chain).
 
-    Records are listed by `received_at`, then by `appended_ns` (a per-process strictly
-    increasing wall-clock stamp taken at append), then by event_id: receipt order, with
-    appends of the same millisecond kept in the order they were made.
+    `<prefix>-audit-chain` holds one create-only document per record, `_id` = the zero-padded
+    sequence number, so two workers appending at once race for the same `_id`: the loser gets a
+    409, reads the winner's record (a real-time GET, no refresh) and links after it. That makes the
+    chain one total order across every worker without a lock. `<prefix>-audit-events` marks the
+    event IDs already recorded (a redelivered deletion adds nothing); it is written after the chain
+    record, so a crash in between can at worst record an event twice, never lose it.
+    `<prefix>-audit-head` keeps the last (seq, hash), only ever moved forward, so removing records
+    from the end is detected too. There is no update or delete method.
     """
 
     def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
         self._es = connect(url)
         self.prefix = check_prefix(prefix)
-        self.index = f"{self.prefix}-deletion-audit"
+        self.index = f"{self.prefix}-audit-chain"
+        self.events_index = f"{self.prefix}-audit-events"
+        self.head_index = f"{self.prefix}-audit-head"
         self._lock = threading.Lock()
-        self._last_ns = 0
+        self._tip: tuple[int, str] | None = None
         _create_index(
             self._es,
             self.index,
             self.prefix,
-            "deletion-audit",
+            "audit-chain",
             {
+                "seq": {"type": "long"},
+                "kind": {"type": "keyword"},
                 "event_id": {"type": "keyword"},
                 "tenant": {"type": "keyword"},
                 "doc_id": {"type": "keyword"},
-                "version": {"type": "long"},
-                "received_at": _MS_DATE,
-                "removed_at": {"type": "object", "enabled": False},
-                "cache_invalidated_at": _MS_DATE,
-                "passages_removed": {"type": "long"},
-                "appended_ns": {"type": "long"},
+                "store": {"type": "keyword"},
+                "body": _STORED_ONLY,
+                "prev_hash": _STORED_ONLY,
+                "hash": _STORED_ONLY,
             },
         )
+        _create_index(self._es, self.events_index, self.prefix, "audit-events", {"seq": {"type": "long"}})
+        _create_index(
+            self._es, self.head_index, self.prefix, "audit-head", {"seq": {"type": "long"}, "hash": _STORED_ONLY}
+        )
 
-    def _stamp(self) -> int:
+    @staticmethod
+    def _id(seq: int) -> str:
+        return f"{seq:012d}"
+
+    def _link(self, seq: int) -> ChainRecord | None:
+        try:
+            src = self._es.get(index=self.index, id=self._id(seq))["_source"]
+        except NotFoundError:
+            return None
+        return ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+
+    def _current_tip(self) -> tuple[int, str]:
+        """The last record: from memory, else the head, then forward by real-time GETs until one is missing."""
+        if self._tip is None:
+            head = self.head()
+            seq, digest = head if head is not None else (0, GENESIS)
+            if seq > 0:
+                found = self._link(seq)
+                if found is None:  # the head is ahead of the records: trust the records, verify reports it
+                    seq, digest = 0, GENESIS
+            self._tip = (seq, digest)
+        seq, digest = self._tip
+        while (nxt := self._link(seq + 1)) is not None:
+            seq, digest = nxt.seq, nxt.hash
+        self._tip = (seq, digest)
+        return self._tip
+
+    def _append(self, kind: str, body: dict[str, Any], **fields: str | None) -> int:
         with self._lock:
-            self._last_ns = max(self._last_ns + 1, time.time_ns())
-            return self._last_ns
+            while True:
+                seq, prev = self._current_tip()
+                link = make_record(seq + 1, kind, body, prev)
+                try:
+                    self._es.create(
+                        index=self.index,
+                        id=self._id(link.seq),
+                        document={
+                            "seq": link.seq,
+                            "kind": kind,
+                            **{k: v for k, v in fields.items() if v is not None},
+                            "body": canonical(link.body),
+                            "prev_hash": link.prev_hash,
+                            "hash": link.hash,
+                        },
+                    )
+                except ConflictError:
+                    continue  # another worker took this seq: link after its record
+                self._tip = (link.seq, link.hash)
+                self._advance_head(link.seq, link.hash)
+                return link.seq
+
+    def _advance_head(self, seq: int, digest: str) -> None:
+        for _ in range(10):
+            try:
+                current = self._es.get(index=self.head_index, id="head")
+            except NotFoundError:
+                with contextlib.suppress(ConflictError):
+                    self._es.create(index=self.head_index, id="head", document={"seq": seq, "hash": digest})
+                    return
+                continue
+            if int(current["_source"]["seq"]) >= seq:
+                return
+            try:
+                self._es.index(
+                    index=self.head_index,
+                    id="head",
+                    document={"seq": seq, "hash": digest},
+                    if_seq_no=current["_seq_no"],
+                    if_primary_term=current["_primary_term"],
+                )
+                return
+            except ConflictError:
+                continue
+
+    def head(self) -> tuple[int, str] | None:
+        try:
+            src = self._es.get(index=self.head_index, id="head")["_source"]
+        except NotFoundError:
+            return None
+        return int(src["seq"]), str(src["hash"])
 
     def append(self, record: DeletionRecord) -> None:
-        doc = {
-            "event_id": record.event_id,
-            "tenant": record.tenant,
-            "doc_id": record.doc_id,
-            "version": record.version,
-            "received_at": to_epoch_ms(record.received_at),
-            "removed_at": {store: to_epoch_ms(at) for store, at in record.removed_at.items()},
-            "cache_invalidated_at": to_epoch_ms(record.cache_invalidated_at),
-            "passages_removed": record.passages_removed,
-            "appended_ns": self._stamp(),
-        }
-        with contextlib.suppress(ConflictError):  # a redelivered event: the first record stands, unchanged
-            self._es.create(index=self.index, id=record.event_id, document=doc, refresh="wait_for")
+        if self._es.exists(index=self.events_index, id=record.event_id):
+            return  # a redelivered event: the first record stands, unchanged
+        seq = self._append(
+            KIND_DELETION, deletion_body(record), event_id=record.event_id, tenant=record.tenant, doc_id=record.doc_id
+        )
+        with contextlib.suppress(ConflictError):
+            self._es.create(index=self.events_index, id=record.event_id, document={"seq": seq})
 
-    def records(self, tenant: str | None = None) -> list[DeletionRecord]:
-        query: dict[str, Any] = {"bool": {"filter": [{"term": {"tenant": tenant}}]}} if tenant else {"match_all": {}}
-        out: list[DeletionRecord] = []
+    def append_purge(self, record: PurgeRecord) -> None:
+        self._append(KIND_PURGE, purge_body(record), store=record.store)
+
+    def _search(self, filters: list[dict[str, Any]]) -> list[ChainRecord]:
+        # Appends do not wait for a refresh (a deletion must not wait a refresh interval for its
+        # evidence; the chain itself is read by real-time GETs): listings refresh first instead.
+        self._es.indices.refresh(index=self.index)
+        out: list[ChainRecord] = []
         after: list[Any] | None = None
         while True:
             response = self._es.search(
                 index=self.index,
-                query=query,
+                query={"bool": {"filter": filters}} if filters else {"match_all": {}},
                 size=PAGE_SIZE,
-                sort=[{"received_at": "asc"}, {"appended_ns": "asc"}, {"event_id": "asc"}],
+                sort=[{"seq": "asc"}],
                 search_after=after,
             )
             hits = response["hits"]["hits"]
-            out.extend(self._record(h["_source"]) for h in hits)
+            for h in hits:
+                src = h["_source"]
+                out.append(
+                    ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+                )
             if len(hits) < PAGE_SIZE:
                 return out
             after = hits[-1]["sort"]
 
-    @staticmethod
-    def _record(src: dict[str, Any]) -> DeletionRecord:
-        return DeletionRecord(
-            event_id=src["event_id"],
-            tenant=src["tenant"],
-            doc_id=src["doc_id"],
-            version=int(src["version"]),
-            received_at=_ms(src["received_at"]),
-            removed_at={store: _ms(at) for store, at in (src.get("removed_at") or {}).items()},
-            cache_invalidated_at=_ms(src["cache_invalidated_at"]),
-            passages_removed=int(src["passages_removed"]),
-        )
+    def records(self, tenant: str | None = None) -> list[DeletionRecord]:
+        filters: list[dict[str, Any]] = [{"term": {"kind": KIND_DELETION}}]
+        if tenant is not None:
+            filters.append({"term": {"tenant": tenant}})
+        return [deletion_of(link) for link in self._search(filters)]
+
+    def purges(self, store: str | None = None) -> list[PurgeRecord]:
+        filters: list[dict[str, Any]] = [{"term": {"kind": KIND_PURGE}}]
+        if store is not None:
+            filters.append({"term": {"store": store}})
+        return [purge_of(link) for link in self._search(filters)]
+
+    def tip(self) -> int:
+        with self._lock:
+            return self._current_tip()[0]
+
+    def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
+        return self._search([]), self.head()
 
     def drop_all(self) -> None:
-        """Delete this prefix's audit index (tests only: production audits are never dropped)."""
-        self._es.indices.delete(index=self.index, ignore_unavailable=True)
+        """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""
+        for index in (self.index, self.events_index, self.head_index):
+            self._es.indices.delete(index=index, ignore_unavailable=True)
 
     def close(self) -> None:
         self._es.close()
-
-
-def _ms(value: Any) -> datetime:
-    return from_epoch_ms(int(value))

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from indexer.audit_chain import ChainRecord
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -168,6 +169,12 @@ class DocStateStore(Protocol):
 
 @dataclass(frozen=True)
 class DeletionRecord:
+    """A deletion as applied: when each store and cache dropped the document (logical removal).
+
+    `details` holds what else the deletion removed (embedding-cache entries, dead letters, the
+    deny entry), as counts and IDs; never text.
+    """
+
     event_id: str
     tenant: str
     doc_id: str
@@ -176,12 +183,43 @@ class DeletionRecord:
     removed_at: dict[str, datetime]
     cache_invalidated_at: datetime
     passages_removed: int
+    erase: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = field(default=None, compare=False)
+    """Position in the audit chain, once appended."""
+
+
+@dataclass(frozen=True)
+class PurgeRecord:
+    """A physical purge of one store: every deletion recorded up to `covers_seq` is gone from its files.
+
+    Logical removal makes a document unfindable; the purge is what makes its bytes leave the store
+    (FTS5 merge, segment vacuum, expunged Lucene deletes, log records rewritten, WAL truncated).
+    """
+
+    store: str
+    at: datetime
+    covers_seq: int
+    details: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = field(default=None, compare=False)
 
 
 class DeletionAudit(Protocol):
+    """Append-only and hash-chained (indexer.audit_chain): an edited or removed record is detectable."""
+
     def append(self, record: DeletionRecord) -> None:
         """Append once per event_id; a redelivered delete does not add a second record."""
 
+    def append_purge(self, record: PurgeRecord) -> None: ...
+
     def records(self, tenant: str | None = None) -> list[DeletionRecord]: ...
+
+    def purges(self, store: str | None = None) -> list[PurgeRecord]: ...
+
+    def tip(self) -> int:
+        """Seq of the last record (0 when empty): what a purge starting now covers."""
+
+    def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
+        """Every record as stored, in order, and the chain head kept beside them (for `audit verify`)."""
 
     def close(self) -> None: ...

@@ -11,10 +11,12 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
+from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
+from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.cache import GenerationSource
-from indexer.ports import DeletionRecord, DocState
-from schemas._time import from_epoch_ms, to_epoch_ms
+from indexer.ports import DeletionRecord, DocState, PurgeRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS doc_state (
@@ -30,21 +32,22 @@ CREATE TABLE IF NOT EXISTS doc_state (
     passage_ids TEXT NOT NULL,
     PRIMARY KEY (tenant, doc_id)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS deletion_audit (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id TEXT NOT NULL UNIQUE,
-    tenant TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    received_ms INTEGER NOT NULL,
-    removed TEXT NOT NULL,
-    cache_invalidated_ms INTEGER NOT NULL,
-    passages_removed INTEGER NOT NULL
+CREATE TABLE IF NOT EXISTS audit_chain (
+    seq INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    event_id TEXT UNIQUE,
+    tenant TEXT,
+    doc_id TEXT,
+    store TEXT,
+    body TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
 );
-CREATE TRIGGER IF NOT EXISTS deletion_audit_no_update BEFORE UPDATE ON deletion_audit
-BEGIN SELECT RAISE(ABORT, 'deletion audit is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS deletion_audit_no_delete BEFORE DELETE ON deletion_audit
-BEGIN SELECT RAISE(ABORT, 'deletion audit is append-only'); END;
+CREATE INDEX IF NOT EXISTS audit_chain_doc ON audit_chain(tenant, doc_id);
+CREATE TRIGGER IF NOT EXISTS audit_chain_no_update BEFORE UPDATE ON audit_chain
+BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_chain_no_delete BEFORE DELETE ON audit_chain
+BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 CREATE TABLE IF NOT EXISTS generations (tenant TEXT PRIMARY KEY, generation INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
@@ -120,55 +123,154 @@ class SqliteDocStates:
 
 
 class SqliteDeletionAudit:
-    """Append-only: triggers refuse UPDATE and DELETE, and a redelivered event adds nothing."""
+    """Append-only and hash-chained: triggers refuse UPDATE and DELETE, each record carries the hash
+    of the one before it (indexer.audit_chain), the head is kept in `meta`, and a redelivered
+    deletion adds nothing (event_id is unique)."""
 
     def __init__(self, path: Path) -> None:
         self._db = _Db(path)
+        with self._db.lock:
+            _migrate_unchained(self._db.conn)
+
+    def _append(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        event_id: str | None,
+        tenant: str | None,
+        doc_id: str | None,
+        store: str | None,
+    ) -> int | None:
+        with self._db.lock:
+            conn = self._db.conn
+            if (
+                event_id is not None
+                and conn.execute("SELECT 1 FROM audit_chain WHERE event_id = ?", (event_id,)).fetchone()
+            ):
+                return None
+            seq, prev = _head(conn)
+            link = make_record(seq + 1, kind, body, prev)
+            outer = conn.in_transaction
+            if not outer:
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO audit_chain(seq, kind, event_id, tenant, doc_id, store, body, prev_hash, hash)"
+                    " VALUES (?,?,?,?,?,?,?,?,?)",
+                    (link.seq, kind, event_id, tenant, doc_id, store, canonical(link.body), link.prev_hash, link.hash),
+                )
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES ('audit_head', ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (f"{link.seq}:{link.hash}",),
+                )
+                if not outer:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if not outer:
+                    conn.execute("ROLLBACK")
+                raise
+            return link.seq
 
     def append(self, record: DeletionRecord) -> None:
+        self._append(KIND_DELETION, deletion_body(record), record.event_id, record.tenant, record.doc_id, None)
+
+    def append_purge(self, record: PurgeRecord) -> None:
+        self._append(KIND_PURGE, purge_body(record), None, None, None, record.store)
+
+    def _links(self, where: str = "", args: tuple[object, ...] = ()) -> list[ChainRecord]:
         with self._db.lock:
-            self._db.conn.execute(
-                "INSERT OR IGNORE INTO deletion_audit(event_id, tenant, doc_id, version, received_ms, removed,"
-                " cache_invalidated_ms, passages_removed) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    record.event_id,
-                    record.tenant,
-                    record.doc_id,
-                    record.version,
-                    to_epoch_ms(record.received_at),
-                    json.dumps({k: to_epoch_ms(v) for k, v in record.removed_at.items()}),
-                    to_epoch_ms(record.cache_invalidated_at),
-                    record.passages_removed,
-                ),
-            )
+            rows = self._db.conn.execute(
+                f"SELECT seq, kind, body, prev_hash, hash FROM audit_chain {where} ORDER BY seq", args
+            ).fetchall()
+        return [ChainRecord(int(r[0]), str(r[1]), json.loads(r[2]), str(r[3]), str(r[4])) for r in rows]
 
     def records(self, tenant: str | None = None) -> list[DeletionRecord]:
-        sql = (
-            "SELECT event_id, tenant, doc_id, version, received_ms, removed, cache_invalidated_ms,"
-            " passages_removed FROM deletion_audit"
-        )
-        args: tuple[str, ...] = ()
-        if tenant is not None:
-            sql += " WHERE tenant = ?"
-            args = (tenant,)
+        if tenant is None:
+            links = self._links("WHERE kind = ?", (KIND_DELETION,))
+        else:
+            links = self._links("WHERE kind = ? AND tenant = ?", (KIND_DELETION, tenant))
+        return [deletion_of(link) for link in links]
+
+    def purges(self, store: str | None = None) -> list[PurgeRecord]:
+        if store is None:
+            links = self._links("WHERE kind = ?", (KIND_PURGE,))
+        else:
+            links = self._links("WHERE kind = ? AND store = ?", (KIND_PURGE, store))
+        return [purge_of(link) for link in links]
+
+    def tip(self) -> int:
         with self._db.lock:
-            rows = self._db.conn.execute(sql + " ORDER BY seq", args).fetchall()
-        return [
-            DeletionRecord(
-                event_id=r[0],
-                tenant=r[1],
-                doc_id=r[2],
-                version=r[3],
-                received_at=from_epoch_ms(r[4]),
-                removed_at={k: from_epoch_ms(v) for k, v in json.loads(r[5]).items()},
-                cache_invalidated_at=from_epoch_ms(r[6]),
-                passages_removed=r[7],
-            )
-            for r in rows
-        ]
+            return _head(self._db.conn)[0]
+
+    def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
+        links = self._links()
+        with self._db.lock:
+            row = self._db.conn.execute("SELECT value FROM meta WHERE key = 'audit_head'").fetchone()
+        head = None
+        if row is not None:
+            seq, _, digest = str(row[0]).partition(":")
+            head = (int(seq), digest)
+        return links, head
 
     def close(self) -> None:
         self._db.conn.close()
+
+
+def _head(conn: sqlite3.Connection) -> tuple[int, str]:
+    """The last record's (seq, hash), read from the records themselves (the head in meta is for verify)."""
+    row = conn.execute("SELECT seq, hash FROM audit_chain ORDER BY seq DESC LIMIT 1").fetchone()
+    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
+
+
+def _migrate_unchained(conn: sqlite3.Connection) -> None:
+    """Homes written before the chain kept `deletion_audit` rows without hashes: chain them once, in order."""
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deletion_audit'").fetchone()
+    if not exists:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute(
+            "SELECT event_id, tenant, doc_id, version, received_ms, removed, cache_invalidated_ms, passages_removed"
+            " FROM deletion_audit ORDER BY seq"
+        ).fetchall()
+        seq, prev = _head(conn)
+        for r in rows:
+            body = {
+                "event_id": r[0],
+                "tenant": r[1],
+                "doc_id": r[2],
+                "version": r[3],
+                "received_ms": r[4],
+                "removed_ms": json.loads(r[5]),
+                "cache_invalidated_ms": r[6],
+                "passages_removed": r[7],
+                "erase": False,
+                "details": {"chained_later": True},
+            }
+            if conn.execute("SELECT 1 FROM audit_chain WHERE event_id = ?", (r[0],)).fetchone():
+                continue
+            seq += 1
+            link = make_record(seq, KIND_DELETION, body, prev)
+            conn.execute(
+                "INSERT INTO audit_chain(seq, kind, event_id, tenant, doc_id, store, body, prev_hash, hash)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (seq, KIND_DELETION, r[0], r[1], r[2], None, canonical(link.body), link.prev_hash, link.hash),
+            )
+            prev = link.hash
+        if rows:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('audit_head', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (f"{seq}:{prev}",),
+            )
+        conn.execute("DROP TRIGGER IF EXISTS deletion_audit_no_update")
+        conn.execute("DROP TRIGGER IF EXISTS deletion_audit_no_delete")
+        conn.execute("DROP TABLE deletion_audit")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 class SqliteGenerations(GenerationSource):

@@ -88,3 +88,56 @@ def test_audit_appends_once_per_event_and_filters_by_tenant(stores: tuple[Any, A
     assert [r.event_id for r in acme] == ["e1", "e2"]
     assert acme[0] == record("e1")
     assert len(audit.records()) == 3
+
+
+def tamper(audit: Any, seq: int, *, remove: bool = False) -> None:
+    """Change or remove a stored record behind the adapter's back, as someone with file or cluster access could."""
+    import json
+
+    if hasattr(audit, "_es"):
+        rid = audit._id(seq)
+        if remove:
+            audit._es.delete(index=audit.index, id=rid, refresh=True)
+            return
+        src = audit._es.get(index=audit.index, id=rid)["_source"]
+        body = json.loads(src["body"])
+        body["passages_removed"] += 1
+        audit._es.index(index=audit.index, id=rid, document={**src, "body": json.dumps(body)}, refresh=True)
+        return
+    conn = audit._db.conn
+    conn.execute("DROP TRIGGER IF EXISTS audit_chain_no_update")
+    conn.execute("DROP TRIGGER IF EXISTS audit_chain_no_delete")
+    if remove:
+        conn.execute("DELETE FROM audit_chain WHERE seq = ?", (seq,))
+    else:
+        conn.execute("UPDATE audit_chain SET body = replace(body, '\"version\":2', '\"version\":1') WHERE seq = ?", (seq,))
+
+
+def test_audit_chain_links_records_and_detects_tampering(stores: tuple[Any, Any]) -> None:
+    from indexer.audit_chain import verify
+    from indexer.ports import PurgeRecord
+
+    _, audit = stores
+    for i in range(4):
+        audit.append(record(f"t{i}", doc=f"d{i}.md"))
+    audit.append_purge(PurgeRecord(store="lexical", at=NOW + timedelta(seconds=1), covers_seq=4, details={"merged": 1}))
+    links, head = audit.chain()
+    assert [link.seq for link in links] == [1, 2, 3, 4, 5] and head == (5, links[-1].hash)
+    assert links[1].prev_hash == links[0].hash
+    assert verify(links, head) == []
+    assert audit.tip() == 5
+    (purge,) = audit.purges("lexical")
+    assert purge.covers_seq == 4 and purge.details == {"merged": 1} and purge.seq == 5
+    assert [r.seq for r in audit.records()] == [1, 2, 3, 4]
+
+    tamper(audit, 2)
+    problems = verify(*audit.chain())
+    assert [p.seq for p in problems] == [2] and "edited" in problems[0].problem
+
+    tamper(audit, 3, remove=True)
+    problems = verify(*audit.chain())
+    assert {p.seq for p in problems} >= {2, 4}
+
+    tamper(audit, 5, remove=True)
+    links, head = audit.chain()
+    assert any("chain head" in p.problem for p in verify(links, head))

@@ -1,0 +1,215 @@
+"""The deny set: what makes a revocation or deletion effective before every store has converged.
+
+A worker writes an entry the moment it consumes an ACL or delete event, before anything slow
+(store writes, refreshes, a document backlog in the same process); the query side drops every
+candidate an entry denies, fresh or cached; the worker clears the entry once every store and
+cache confirmed the event. So "effective" waits for neither an index refresh nor a backlog.
+
+Semantics, per passage of document d at version pv, for a principal with ACL entries E:
+- a DELETED entry at version V denies the passage when pv <= V (a later re-creation is not denied);
+- an ACL entry at version V with ACL A denies it unless A grants one of E (the new ACL, applied
+  early). An entry can only narrow what the stores return, never widen it.
+Clearing is conditional on the version (`clear(..., up_to_version)`), so a newer entry written
+while an older event was being applied survives the older one's confirmation.
+
+Adapters: `SqliteDenySet` (embedded: an in-process map written first, mirrored to its own SQLite
+file for other processes and restarts) and `indexer.redis_deny.RedisDenySet` (cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.passages import Passage
+from schemas.principal import AccessFilter
+
+
+class DenyUnavailable(RuntimeError):
+    """The deny set could not be read or written (e.g. a Redis outage)."""
+
+
+class DenyKind(StrEnum):
+    ACL = "acl"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class DenyEntry:
+    tenant: str
+    doc_id: str
+    kind: DenyKind
+    version: int
+    since: datetime
+    """When the worker consumed the event: the instant the change became effective for queries."""
+    acl: tuple[str, ...] = ()
+    """For an ACL entry, the new ACL."""
+    event_id: str = ""
+
+
+class DenySet(Protocol):
+    name: str
+
+    def add(self, entry: DenyEntry) -> None:
+        """Keep the entry unless one of the same kind with a higher version is already there."""
+
+    def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
+        """Entries of these documents. Raises when the set cannot be read (callers decide)."""
+
+    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
+        """Remove the document's entries whose version is <= up_to_version."""
+
+    def entries(self, tenant: str | None = None) -> list[DenyEntry]:
+        """Every entry (audits, certificates, tests)."""
+
+    def close(self) -> None: ...
+
+
+def denies(entry: DenyEntry, passage: Passage, access: AccessFilter) -> bool:
+    """Whether the entry removes this passage from what the filter's principal may see. Pure."""
+    if entry.tenant != passage.tenant or entry.doc_id != passage.doc_id:
+        return False
+    if entry.kind is DenyKind.DELETED:
+        return passage.version <= entry.version
+    return not set(entry.acl) & set(access.entries)
+
+
+def apply_deny(passages: Sequence[Passage], entries: Sequence[DenyEntry], access: AccessFilter) -> list[Passage]:
+    """The passages no entry denies, in their order."""
+    if not entries:
+        return list(passages)
+    by_doc: dict[str, list[DenyEntry]] = {}
+    for entry in entries:
+        by_doc.setdefault(entry.doc_id, []).append(entry)
+    return [p for p in passages if not any(denies(e, p, access) for e in by_doc.get(p.doc_id, ()))]
+
+
+def merge(current: DenyEntry | None, new: DenyEntry) -> DenyEntry:
+    """The entry to keep for one (tenant, doc, kind): the highest version wins."""
+    if current is None or new.version >= current.version:
+        return new
+    return current
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deny (
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    since_ms INTEGER NOT NULL,
+    acl TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (tenant, doc_id, kind)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteDenySet:
+    """In-process map first (effective for this process at once), then its own SQLite file.
+
+    Its own file, not state.db: the owner's worker keeps state.db's write transaction open for a
+    whole batch, and a deny write must never wait for a batch. Reads consult the file as well, so
+    a query answered by another process (or after a restart) sees entries this process wrote.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self._memory: dict[tuple[str, str, DenyKind], DenyEntry] = {}
+
+    def add(self, entry: DenyEntry) -> None:
+        key = (entry.tenant, entry.doc_id, entry.kind)
+        with self._lock:
+            self._memory[key] = merge(self._memory.get(key), entry)
+            self._conn.execute(
+                "INSERT INTO deny(tenant, doc_id, kind, version, since_ms, acl, event_id) VALUES (?,?,?,?,?,?,?)"
+                " ON CONFLICT(tenant, doc_id, kind) DO UPDATE SET version = excluded.version,"
+                " since_ms = excluded.since_ms, acl = excluded.acl, event_id = excluded.event_id"
+                " WHERE excluded.version >= deny.version",
+                (
+                    entry.tenant,
+                    entry.doc_id,
+                    entry.kind.value,
+                    entry.version,
+                    to_epoch_ms(entry.since),
+                    json.dumps(list(entry.acl)),
+                    entry.event_id,
+                ),
+            )
+
+    def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
+        wanted = sorted(set(doc_ids))
+        if not wanted:
+            return []
+        found: dict[tuple[str, str, DenyKind], DenyEntry] = {}
+        with self._lock:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" for _ in chunk)
+                rows = self._conn.execute(
+                    "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny"
+                    f" WHERE tenant = ? AND doc_id IN ({marks})",
+                    (tenant, *chunk),
+                ).fetchall()
+                for row in rows:
+                    entry = _row(row)
+                    found[(entry.tenant, entry.doc_id, entry.kind)] = entry
+            for doc_id in wanted:
+                for kind in DenyKind:
+                    mine = self._memory.get((tenant, doc_id, kind))
+                    if mine is not None:
+                        key = (tenant, doc_id, kind)
+                        found[key] = merge(found.get(key), mine)
+        return list(found.values())
+
+    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
+        with self._lock:
+            for kind in DenyKind:
+                mine = self._memory.get((tenant, doc_id, kind))
+                if mine is not None and mine.version <= up_to_version:
+                    del self._memory[(tenant, doc_id, kind)]
+            self._conn.execute(
+                "DELETE FROM deny WHERE tenant = ? AND doc_id = ? AND version <= ?", (tenant, doc_id, up_to_version)
+            )
+
+    def entries(self, tenant: str | None = None) -> list[DenyEntry]:
+        sql = "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny"
+        args: tuple[str, ...] = ()
+        if tenant is not None:
+            sql += " WHERE tenant = ?"
+            args = (tenant,)
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY tenant, doc_id, kind", args).fetchall()
+        return [_row(r) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _row(row: tuple[str, str, str, int, int, str, str]) -> DenyEntry:
+    tenant, doc_id, kind, version, since_ms, acl, event_id = row
+    return DenyEntry(
+        tenant=tenant,
+        doc_id=doc_id,
+        kind=DenyKind(kind),
+        version=int(version),
+        since=from_epoch_ms(int(since_ms)),
+        acl=tuple(json.loads(acl)),
+        event_id=event_id,
+    )

@@ -1,0 +1,140 @@
+"""Cluster deny set: Redis, shared by every indexer worker and every query worker.
+
+One key per (tenant, kind, document): `<namespace>:deny:<tenant>:<kind>:<doc_id>` holding a small
+JSON value. Writes and clears are Lua scripts so "keep the highest version" and "clear only up to
+this version" are atomic against concurrent workers. A query reads every candidate document's two
+keys with one MGET. Keys never expire: an entry that outlived its event (a worker died between
+applying and clearing) only narrows what queries see, and the next worker start sweeps it
+(`sweep_applied` in the composition root); an expiring entry could re-open a revoked document
+while a store is still unconverged.
+
+Failures: `add` and `lookup` raise `DenyUnavailable` on a Redis outage. The writer logs it and goes
+on applying (the deny set is what makes a change effective early; the stores are what make it
+durable, and they do not depend on Redis); the query side answers from the stores alone, which
+hold the change as soon as they converged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from indexer.deny import DenyEntry, DenyKind, DenyUnavailable
+from schemas._time import from_epoch_ms, to_epoch_ms
+
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+_ADD = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local version = cjson.decode(current)['version']
+  if tonumber(version) > tonumber(ARGV[2]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+
+_CLEAR = """
+local removed = 0
+for _, key in ipairs(KEYS) do
+  local current = redis.call('GET', key)
+  if current and tonumber(cjson.decode(current)['version']) <= tonumber(ARGV[1]) then
+    redis.call('DEL', key)
+    removed = removed + 1
+  end
+end
+return removed
+"""
+
+
+class RedisDenySet:
+    name = "redis"
+
+    def __init__(self, url: str, *, namespace: str = "ragsync", socket_timeout_s: float = 0.5) -> None:
+        self.namespace = namespace
+        self._redis: redis.Redis = redis.Redis.from_url(
+            url, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s, health_check_interval=30
+        )
+        self._add = self._redis.register_script(_ADD)
+        self._clear = self._redis.register_script(_CLEAR)
+
+    def _key(self, tenant: str, kind: DenyKind, doc_id: str) -> str:
+        return f"{self.namespace}:deny:{tenant}:{kind.value}:{doc_id}"
+
+    def add(self, entry: DenyEntry) -> None:
+        value = json.dumps(
+            {
+                "version": entry.version,
+                "since_ms": to_epoch_ms(entry.since),
+                "acl": list(entry.acl),
+                "event_id": entry.event_id,
+            }
+        )
+        try:
+            self._add(keys=[self._key(entry.tenant, entry.kind, entry.doc_id)], args=[value, entry.version])
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+
+    def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
+        wanted = sorted(set(doc_ids))
+        if not wanted:
+            return []
+        keys = [(doc_id, kind) for doc_id in wanted for kind in DenyKind]
+        try:
+            values = self._redis.mget([self._key(tenant, kind, doc_id) for doc_id, kind in keys])
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+        return [
+            _entry(tenant, doc_id, kind, raw)
+            for (doc_id, kind), raw in zip(keys, values, strict=True)
+            if isinstance(raw, bytes)
+        ]
+
+    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
+        try:
+            self._clear(keys=[self._key(tenant, kind, doc_id) for kind in DenyKind], args=[up_to_version])
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+
+    def entries(self, tenant: str | None = None) -> list[DenyEntry]:
+        pattern = f"{self.namespace}:deny:{tenant}:*" if tenant else f"{self.namespace}:deny:*"
+        prefix = f"{self.namespace}:deny:"
+        out: list[DenyEntry] = []
+        try:
+            for key in self._redis.scan_iter(match=pattern, count=500):
+                raw = self._redis.get(key)
+                if not isinstance(raw, bytes):
+                    continue
+                rest = key.decode()[len(prefix) :]
+                # tenant names cannot contain ':' (schemas.events), kinds are fixed words
+                entry_tenant, kind, doc_id = rest.split(":", 2)
+                out.append(_entry(entry_tenant, doc_id, DenyKind(kind), raw))
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+        return sorted(out, key=lambda e: (e.tenant, e.doc_id, e.kind.value))
+
+    def drop_all(self) -> None:
+        """Delete this namespace's deny keys (tests)."""
+        keys = list(self._redis.scan_iter(match=f"{self.namespace}:deny:*", count=500))
+        if keys:
+            self._redis.unlink(*keys)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def _entry(tenant: str, doc_id: str, kind: DenyKind, raw: bytes) -> DenyEntry:
+    data = json.loads(raw)
+    return DenyEntry(
+        tenant=tenant,
+        doc_id=doc_id,
+        kind=kind,
+        version=int(data["version"]),
+        since=from_epoch_ms(int(data["since_ms"])),
+        acl=tuple(data.get("acl") or ()),
+        event_id=str(data.get("event_id", "")),
+    )

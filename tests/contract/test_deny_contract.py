@@ -1,0 +1,112 @@
+"""DenySet contract: SQLite + in-process (embedded) and Redis (cluster), and the pure deny rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import NOW, make_passage, require_service, unique
+
+from indexer.deny import DenyEntry, DenyKind, apply_deny
+from schemas.principal import AccessFilter
+
+
+def _sqlite(tmp: Path) -> Any:
+    from indexer.deny import SqliteDenySet
+
+    return SqliteDenySet(tmp / "deny.db")
+
+
+def _redis(tmp: Path) -> Any:
+    require_service("redis")
+    from indexer.redis_deny import RedisDenySet
+
+    return RedisDenySet("redis://127.0.0.1:6379/0", namespace=unique("t"))
+
+
+FACTORIES: dict[str, Callable[[Path], Any]] = {"sqlite": _sqlite, "redis": _redis}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def deny(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    d = FACTORIES[request.param](tmp_path)
+    yield d
+    drop = getattr(d, "drop_all", None)
+    if drop:
+        drop()
+    d.close()
+
+
+def entry(doc: str, kind: DenyKind, version: int, acl: tuple[str, ...] = (), tenant: str = "acme") -> DenyEntry:
+    return DenyEntry(tenant=tenant, doc_id=doc, kind=kind, version=version, since=NOW, acl=acl, event_id=f"e{version}")
+
+
+def test_add_keeps_the_highest_version_and_lookup_is_per_tenant(deny: Any) -> None:
+    deny.add(entry("a.md", DenyKind.ACL, 5, ("group:hr",)))
+    deny.add(entry("a.md", DenyKind.ACL, 3, ("group:all",)))  # older, arrives late: ignored
+    deny.add(entry("a.md", DenyKind.DELETED, 6))
+    deny.add(entry("b.md", DenyKind.DELETED, 1, tenant="globex"))
+    got = {(e.doc_id, e.kind): e for e in deny.lookup("acme", ["a.md", "b.md", "zz.md"])}
+    assert set(got) == {("a.md", DenyKind.ACL), ("a.md", DenyKind.DELETED)}
+    assert got[("a.md", DenyKind.ACL)].acl == ("group:hr",) and got[("a.md", DenyKind.ACL)].version == 5
+    assert got[("a.md", DenyKind.ACL)].since == NOW
+    assert deny.lookup("acme", []) == []
+    assert [e.doc_id for e in deny.lookup("globex", ["b.md"])] == ["b.md"]
+    assert len(deny.entries()) == 3 and len(deny.entries("globex")) == 1
+
+
+def test_clear_is_conditional_on_the_version(deny: Any) -> None:
+    deny.add(entry("a.md", DenyKind.ACL, 5, ("group:hr",)))
+    deny.add(entry("a.md", DenyKind.DELETED, 7))
+    deny.clear("acme", "a.md", 5)  # event 5 confirmed everywhere: the newer deletion entry stays
+    assert [(e.kind, e.version) for e in deny.lookup("acme", ["a.md"])] == [(DenyKind.DELETED, 7)]
+    deny.clear("acme", "a.md", 7)
+    assert deny.lookup("acme", ["a.md"]) == []
+
+
+def test_odd_document_ids_round_trip(deny: Any) -> None:
+    odd = "drive:dir/ü n:i@c#o d*e?.md"
+    deny.add(entry(odd, DenyKind.DELETED, 2))
+    (got,) = deny.lookup("acme", [odd])
+    assert got.doc_id == odd
+    assert [e.doc_id for e in deny.entries("acme")] == [odd]
+
+
+def test_entries_written_by_one_process_are_seen_by_another(tmp_path: Path, deny: Any) -> None:
+    """A query answered by another process (or after a restart) sees what the writer added."""
+    if deny.name == "redis":
+        from indexer.redis_deny import RedisDenySet
+
+        other: Any = RedisDenySet("redis://127.0.0.1:6379/0", namespace=deny.namespace)
+    else:
+        other = _sqlite(tmp_path)
+    try:
+        deny.add(entry("a.md", DenyKind.DELETED, 2))
+        assert [e.version for e in other.lookup("acme", ["a.md"])] == [2]
+        other.clear("acme", "a.md", 2)
+        if deny.name == "sqlite":
+            deny.clear("acme", "a.md", 2)  # the writer's in-process map is its own; it clears on confirmation
+        assert deny.lookup("acme", ["a.md"]) == []
+    finally:
+        other.close()
+
+
+STAFF = AccessFilter("acme", ("group:staff", "user:ann"), NOW)
+
+
+def test_apply_deny_rules() -> None:
+    v1 = make_passage("one", version=1, anchor="a-1")
+    v2 = make_passage("two", version=2, anchor="a-1", effective_from=NOW - timedelta(days=1))
+    other = make_passage("other", doc_id="other.md")
+    passages = [v1, v2, other]
+    # A deletion at version 1 denies version 1 only: version 2 re-created the document.
+    assert apply_deny(passages, [entry("doc.md", DenyKind.DELETED, 1)], STAFF) == [v2, other]
+    # A new ACL without the asker denies every version; one that keeps the asker denies nothing.
+    assert apply_deny(passages, [entry("doc.md", DenyKind.ACL, 3, ("group:hr",))], STAFF) == [other]
+    assert apply_deny(passages, [entry("doc.md", DenyKind.ACL, 3, ("user:ann",))], STAFF) == passages
+    # Another tenant's entry for the same doc ID denies nothing here.
+    assert apply_deny(passages, [entry("doc.md", DenyKind.DELETED, 9, tenant="globex")], STAFF) == passages
+    assert apply_deny(passages, [], STAFF) == passages

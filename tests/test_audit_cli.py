@@ -1,0 +1,122 @@
+"""`ragsync audit verify` on an embedded home: an intact trail passes, a tampered one fails."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import NOW
+
+from indexer.ports import DeletionRecord, PurgeRecord
+from indexer.state import SqliteDeletionAudit
+from ragsync.cli import main
+
+
+def _record(i: int) -> DeletionRecord:
+    return DeletionRecord(
+        event_id=f"ev-{i}",
+        tenant="acme",
+        doc_id=f"drive:doc{i}.md",
+        version=2,
+        received_at=NOW,
+        removed_at={"sqlite-fts5": NOW + timedelta(milliseconds=3)},
+        cache_invalidated_at=NOW + timedelta(milliseconds=4),
+        passages_removed=3,
+    )
+
+
+def _verify(home: Path, *extra: str) -> tuple[int, dict[str, object]]:
+    env = {"RAGSYNC_HOME": str(home), "RAGSYNC_CONFIG": "/dev/null"}
+    result = CliRunner().invoke(main, ["audit", "verify", "--json", *extra], env=env, catch_exceptions=False)
+    return result.exit_code, json.loads(result.output)
+
+
+def test_verify_passes_then_detects_an_edited_record(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    audit = SqliteDeletionAudit(home / "state.db")
+    for i in range(3):
+        audit.append(_record(i))
+    audit.append_purge(PurgeRecord(store="sqlite-fts5", at=NOW, covers_seq=3))
+    audit.close()
+
+    code, report = _verify(home)
+    assert code == 0 and report["ok"] is True and report["records"] == 4
+    head = str(report["head"])
+    assert head.startswith("4:")
+    anchor = head
+    code, report = _verify(home, "--anchor", anchor)
+    assert code == 0 and report["anchors_checked"] == 1
+
+    # Someone with write access to the file drops the append-only triggers and edits a record.
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("DROP TRIGGER audit_chain_no_update")
+    conn.execute("UPDATE audit_chain SET body = replace(body, 'doc1.md', 'other.md') WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    code, report = _verify(home)
+    assert code == 1 and report["ok"] is False
+    assert [p["seq"] for p in report["problems"]] == [2]  # type: ignore[index, union-attr]
+
+
+def test_verify_detects_a_rewritten_trail_against_an_anchor(tmp_path: Path) -> None:
+    """Rewriting every hash after an edit fools the chain, not an anchor noted before."""
+    from indexer.audit_chain import make_record
+
+    home = tmp_path / "home"
+    audit = SqliteDeletionAudit(home / "state.db")
+    for i in range(2):
+        audit.append(_record(i))
+    audit.close()
+    _, report = _verify(home)
+    anchor = str(report["head"])
+
+    conn = sqlite3.connect(home / "state.db")
+    conn.execute("DROP TRIGGER audit_chain_no_update")
+    rows = conn.execute("SELECT seq, kind, body, prev_hash FROM audit_chain ORDER BY seq").fetchall()
+    prev = rows[0][3]
+    for seq, kind, body, _ in rows:
+        forged = make_record(seq, kind, json.loads(body.replace("doc0.md", "forged.md")), prev)
+        conn.execute(
+            "UPDATE audit_chain SET body = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+            (json.dumps(forged.body), forged.prev_hash, forged.hash, seq),
+        )
+        prev = forged.hash
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'audit_head'", (f"{rows[-1][0]}:{prev}",))
+    conn.commit()
+    conn.close()
+
+    code, report = _verify(home)
+    assert code == 0, "a consistent rewrite passes the chain check alone"
+    code, report = _verify(home, "--anchor", anchor)
+    assert code == 1 and "anchor" in str(report["problems"])
+
+
+def test_records_of_a_home_from_before_the_chain_are_chained_once(tmp_path: Path) -> None:
+    from indexer.audit_chain import verify
+
+    path = tmp_path / "state.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE deletion_audit (seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
+            tenant TEXT NOT NULL, doc_id TEXT NOT NULL, version INTEGER NOT NULL, received_ms INTEGER NOT NULL,
+            removed TEXT NOT NULL, cache_invalidated_ms INTEGER NOT NULL, passages_removed INTEGER NOT NULL);
+        INSERT INTO deletion_audit(event_id, tenant, doc_id, version, received_ms, removed, cache_invalidated_ms,
+            passages_removed) VALUES ('old-1', 'acme', 'a.md', 3, 1000, '{"sqlite-fts5": 1002}', 1003, 2),
+            ('old-2', 'acme', 'b.md', 1, 2000, '{"sqlite-fts5": 2002}', 2003, 1);
+        """
+    )
+    conn.commit()
+    conn.close()
+    audit = SqliteDeletionAudit(path)
+    audit.append(_record(9))
+    assert [r.event_id for r in audit.records()] == ["old-1", "old-2", "ev-9"]
+    assert audit.records()[0].details == {"chained_later": True}
+    assert verify(*audit.chain()) == []
+    audit.close()
+    again = SqliteDeletionAudit(path)  # opening again migrates nothing twice
+    assert len(again.records()) == 3
+    again.close()
