@@ -27,6 +27,7 @@ from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.elastic import check_prefix, connect
 from indexer.ports import DeletionRecord, DocState, PurgeRecord
+from schemas._time import from_epoch_ms
 
 PAGE_SIZE = 1000
 
@@ -134,19 +135,18 @@ class ElasticDeletionAudit:
     `<prefix>-audit-chain` holds one create-only document per record, `_id` = the zero-padded
     sequence number, so two workers appending at once race for the same `_id`: the loser gets a
     409, reads the winner's record (a real-time GET, no refresh) and links after it. That makes the
-    chain one total order across every worker without a lock. `<prefix>-audit-events` marks the
-    event IDs already recorded (a redelivered deletion adds nothing); it is written after the chain
-    record, so a crash in between can at worst record an event twice, never lose it.
-    `<prefix>-audit-head` keeps the last (seq, hash), only ever moved forward, so removing records
-    from the end is detected too. There is no update or delete method.
+    chain one total order across every worker without a lock. `<prefix>-audit-meta` holds the
+    chain head (`head`: the last seq and hash, only ever moved forward, so removing records from
+    the end is detected too) and a marker per recorded event (`event:<id>`: a redelivered deletion
+    adds nothing). The marker is written after the chain record, so a crash in between can at
+    worst record an event twice, never lose it. There is no update or delete method.
     """
 
     def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
         self._es = connect(url)
         self.prefix = check_prefix(prefix)
         self.index = f"{self.prefix}-audit-chain"
-        self.events_index = f"{self.prefix}-audit-events"
-        self.head_index = f"{self.prefix}-audit-head"
+        self.meta_index = f"{self.prefix}-audit-meta"
         self._lock = threading.Lock()
         self._tip: tuple[int, str] | None = None
         _create_index(
@@ -166,10 +166,38 @@ class ElasticDeletionAudit:
                 "hash": _STORED_ONLY,
             },
         )
-        _create_index(self._es, self.events_index, self.prefix, "audit-events", {"seq": {"type": "long"}})
         _create_index(
-            self._es, self.head_index, self.prefix, "audit-head", {"seq": {"type": "long"}, "hash": _STORED_ONLY}
+            self._es, self.meta_index, self.prefix, "audit-meta", {"seq": {"type": "long"}, "hash": _STORED_ONLY}
         )
+        self._chain_unchained()
+
+    def _chain_unchained(self) -> None:
+        """Clusters written before the chain kept `<prefix>-deletion-audit` documents: chain them once.
+
+        Idempotent (the event markers skip what is chained already), so several workers starting at
+        once are harmless; the old index is left in place for the operator to delete.
+        """
+        old = f"{self.prefix}-deletion-audit"
+        if not self._es.indices.exists(index=old) or self._es.exists(index=self.meta_index, id="migrated"):
+            return
+        response = self._es.search(index=old, size=10_000, query={"match_all": {}})
+        sources = sorted((h["_source"] for h in response["hits"]["hits"]), key=lambda d: int(d["received_at"]))
+        for src in sources:
+            self.append(
+                DeletionRecord(
+                    event_id=src["event_id"],
+                    tenant=src["tenant"],
+                    doc_id=src["doc_id"],
+                    version=int(src["version"]),
+                    received_at=from_epoch_ms(int(src["received_at"])),
+                    removed_at={k: from_epoch_ms(int(v)) for k, v in (src.get("removed_at") or {}).items()},
+                    cache_invalidated_at=from_epoch_ms(int(src["cache_invalidated_at"])),
+                    passages_removed=int(src["passages_removed"]),
+                    details={"chained_later": True},
+                )
+            )
+        with contextlib.suppress(ConflictError):
+            self._es.create(index=self.meta_index, id="migrated", document={"seq": self.tip()})
 
     @staticmethod
     def _id(seq: int) -> str:
@@ -225,17 +253,17 @@ class ElasticDeletionAudit:
     def _advance_head(self, seq: int, digest: str) -> None:
         for _ in range(10):
             try:
-                current = self._es.get(index=self.head_index, id="head")
+                current = self._es.get(index=self.meta_index, id="head")
             except NotFoundError:
                 with contextlib.suppress(ConflictError):
-                    self._es.create(index=self.head_index, id="head", document={"seq": seq, "hash": digest})
+                    self._es.create(index=self.meta_index, id="head", document={"seq": seq, "hash": digest})
                     return
                 continue
             if int(current["_source"]["seq"]) >= seq:
                 return
             try:
                 self._es.index(
-                    index=self.head_index,
+                    index=self.meta_index,
                     id="head",
                     document={"seq": seq, "hash": digest},
                     if_seq_no=current["_seq_no"],
@@ -247,19 +275,19 @@ class ElasticDeletionAudit:
 
     def head(self) -> tuple[int, str] | None:
         try:
-            src = self._es.get(index=self.head_index, id="head")["_source"]
+            src = self._es.get(index=self.meta_index, id="head")["_source"]
         except NotFoundError:
             return None
         return int(src["seq"]), str(src["hash"])
 
     def append(self, record: DeletionRecord) -> None:
-        if self._es.exists(index=self.events_index, id=record.event_id):
+        if self._es.exists(index=self.meta_index, id=f"event:{record.event_id}"):
             return  # a redelivered event: the first record stands, unchanged
         seq = self._append(
             KIND_DELETION, deletion_body(record), event_id=record.event_id, tenant=record.tenant, doc_id=record.doc_id
         )
         with contextlib.suppress(ConflictError):
-            self._es.create(index=self.events_index, id=record.event_id, document={"seq": seq})
+            self._es.create(index=self.meta_index, id=f"event:{record.event_id}", document={"seq": seq})
 
     def append_purge(self, record: PurgeRecord) -> None:
         self._append(KIND_PURGE, purge_body(record), store=record.store)
@@ -309,7 +337,8 @@ class ElasticDeletionAudit:
 
     def drop_all(self) -> None:
         """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""
-        for index in (self.index, self.events_index, self.head_index):
+        old = f"{self.prefix}-deletion-audit"
+        for index in (self.index, self.meta_index, old):
             self._es.indices.delete(index=index, ignore_unavailable=True)
 
     def close(self) -> None:

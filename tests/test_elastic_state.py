@@ -148,3 +148,37 @@ def test_audit_pages_past_one_search_page(prefix: str, monkeypatch: Any) -> None
         assert [r.event_id for r in audit.records("acme")] == [f"e{i}" for i in range(9)]
     finally:
         audit.close()
+
+
+def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
+    from elasticsearch import Elasticsearch
+
+    from indexer.audit_chain import verify
+    from indexer.elastic_state import ElasticDeletionAudit
+
+    es = Elasticsearch(ES)
+    old = f"{prefix}-deletion-audit"
+    for i, event_id in enumerate(["old-b", "old-a"]):
+        es.index(
+            index=old,
+            id=event_id,
+            refresh=True,
+            document={
+                "event_id": event_id,
+                "tenant": "acme",
+                "doc_id": f"{event_id}.md",
+                "version": 1,
+                "received_at": 1000 + i,
+                "removed_at": {"elasticsearch": 1002 + i},
+                "cache_invalidated_at": 1003 + i,
+                "passages_removed": 2,
+            },
+        )
+    es.close()
+    first, second = ElasticDeletionAudit(ES, prefix=prefix), ElasticDeletionAudit(ES, prefix=prefix)
+    try:
+        assert [r.event_id for r in second.records()] == ["old-b", "old-a"]
+        assert verify(*first.chain()) == []
+    finally:
+        first.close()
+        second.close()

@@ -153,9 +153,9 @@ def test_deletion_audit_is_append_only(parts: dict[str, Any]) -> None:
     parts["sink"].apply(delete(2))
     conn = sqlite3.connect(parts["tmp"] / "state.db")
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("UPDATE deletion_audit SET doc_id = 'x'")
+        conn.execute("UPDATE audit_chain SET doc_id = 'x'")
     with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-        conn.execute("DELETE FROM deletion_audit")
+        conn.execute("DELETE FROM audit_chain")
 
 
 def test_effective_date_in_the_future_keeps_current_version(parts: dict[str, Any]) -> None:

@@ -110,7 +110,8 @@ def tamper(audit: Any, seq: int, *, remove: bool = False) -> None:
     if remove:
         conn.execute("DELETE FROM audit_chain WHERE seq = ?", (seq,))
     else:
-        conn.execute("UPDATE audit_chain SET body = replace(body, '\"version\":2', '\"version\":1') WHERE seq = ?", (seq,))
+        edit = "UPDATE audit_chain SET body = replace(body, '\"version\":2', '\"version\":1') WHERE seq = ?"
+        conn.execute(edit, (seq,))
 
 
 def test_audit_chain_links_records_and_detects_tampering(stores: tuple[Any, Any]) -> None:
