@@ -87,7 +87,7 @@ def version_problem(url: str, client: str, server: str) -> str | None:
     )
 
 
-def connect(url: str, *, timeout_s: float = 10.0, client: str | None = None) -> QdrantClient:
+def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
     """A client for the server at `url`, checked reachable and version-compatible first."""
     qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
     try:
