@@ -18,6 +18,11 @@ ModelUnavailable, and why the worker should not turn it into an abstention:
     with 503 (retryable) and counts it separately. The worker should catch it only to log the
     trace (IDs only) with a "model_unavailable" marker and then re-raise it.
 
+Two citation designs, chosen with RAGSYNC_CITATIONS: "claims" (the default) asks for the claim
+schema in a submit_answer tool call; "native" sends the passages as search_result blocks with
+citations enabled and builds the claims from the citation objects of the reply
+(query.anthropic_citations). Either way the worker runs the same four checks on every claim.
+
 The SDK is an optional (cluster) dependency, so it is imported lazily: ModelUnavailable and this
 module can be imported by the API without the SDK installed; only building an adapter needs it.
 """
@@ -27,13 +32,13 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal
 
+from query.anthropic_citations import assert_citations_compatible, native_decision, native_request
 from query.ports import TOOL_SCHEMAS, TOOL_SEARCH, ModelTurn, ModelUnavailable, ToolCall
 
 if TYPE_CHECKING:
     import anthropic
-    from anthropic.types import MessageParam, ToolChoiceAnyParam, ToolUnionParam
 
     from ragsync.settings import Settings
 
@@ -46,6 +51,8 @@ DEFAULT_TIMEOUT_S = 30.0
 """Per attempt. Two retries keep one decision under the worker's 60 s deadline in the usual case."""
 
 DEFAULT_MAX_RETRIES = 2
+
+CitationsMode = Literal["claims", "native"]
 
 SYSTEM_PROMPT = """\
 You answer questions for one person using only the evidence passages in the user message. \
@@ -104,10 +111,15 @@ class AnthropicModel:
 
     name = "anthropic"
 
-    def __init__(self, client: anthropic.Anthropic, model: str, *, max_tokens: int = 1024) -> None:
+    def __init__(
+        self, client: anthropic.Anthropic, model: str, *, max_tokens: int = 1024, citations: CitationsMode = "claims"
+    ) -> None:
+        if citations not in ("claims", "native"):
+            raise ValueError(f"citations must be 'claims' or 'native', not {citations!r}")
         self.client = client
         self.model = model
         self.max_tokens = max_tokens
+        self.citations: CitationsMode = citations
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AnthropicModel:
@@ -126,12 +138,14 @@ class AnthropicModel:
             timeout=DEFAULT_TIMEOUT_S,
             max_retries=DEFAULT_MAX_RETRIES,
         )
-        return cls(client, settings.anthropic_model)
+        return cls(client, settings.anthropic_model, citations=settings.citations)
 
     def request(self, turn: ModelTurn) -> dict[str, Any]:
         """The Messages API arguments for one turn; separate from decide so it can be inspected."""
+        if self.citations == "native":
+            return native_request(self.model, self.max_tokens, turn)
         tools = [copy.deepcopy(TOOL_SCHEMAS[name]) for name in turn.tools]
-        return {
+        args = {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "system": SYSTEM_PROMPT,
@@ -140,6 +154,8 @@ class AnthropicModel:
             "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
             "messages": [{"role": "user", "content": render_turn(turn)}],
         }
+        assert_citations_compatible(args)
+        return args
 
     def decide(self, turn: ModelTurn) -> ToolCall:
         import anthropic
@@ -147,14 +163,8 @@ class AnthropicModel:
 
         args = self.request(turn)
         try:
-            message = self.client.messages.create(
-                model=args["model"],
-                max_tokens=args["max_tokens"],
-                system=args["system"],
-                tools=cast("list[ToolUnionParam]", args["tools"]),
-                tool_choice=cast("ToolChoiceAnyParam", args["tool_choice"]),
-                messages=cast("list[MessageParam]", args["messages"]),
-            )
+            # The arguments were built (and checked) by request(); the SDK validates nothing on the way out.
+            message = self.client.messages.create(**args)
         except anthropic.APIStatusError as exc:
             status = exc.status_code
             raise ModelUnavailable(
@@ -172,6 +182,8 @@ class AnthropicModel:
             # A tool call cut off mid-input is not a decision the model made; do not salvage it.
             log.warning("model response hit max_tokens=%d; treating it as no tool call", self.max_tokens)
             return ToolCall(NO_TOOL_CALL, {})
+        if self.citations == "native":
+            return native_decision(message.content, turn.evidence)
         for block in message.content:
             if isinstance(block, ToolUseBlock):
                 # Raw, unjudged: interpret() validates name and input against what was offered. The SDK

@@ -143,7 +143,9 @@ class QueryWorker:
                     for c in decision.claims
                 ]
                 trace.cited_ids = [c.passage_id for c in claims]
-                result = AskResult(True, " ".join(c.statement for c in claims), claims, None, trace, list(evidence))
+                # A statement citing two passages is two claims (native citations): say it once.
+                answer = " ".join(dict.fromkeys(c.statement for c in claims))
+                result = AskResult(True, answer, claims, None, trace, list(evidence))
             log.info("%s", trace.model_dump_json())
             return result
 

@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     model: Literal["extractive", "anthropic"] = "extractive"
     anthropic_model: str = "claude-sonnet-4-5"
     anthropic_base_url: str | None = None
+    citations: Literal["claims", "native"] = "claims"
+    """How the Anthropic model cites: a claim schema in a tool call, or the API's native citations."""
 
     @field_validator("jwks_file")
     @classmethod

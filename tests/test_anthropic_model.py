@@ -1,23 +1,19 @@
-"""The Anthropic adapter against a local HTTP stub that speaks the Messages API.
+"""The Anthropic adapter (claim-schema mode) against a local HTTP stub that speaks the Messages API.
 
-A real HTTP server on 127.0.0.1 and the real SDK pointed at it via base_url: this exercises the
-SDK's request encoding, response parsing and error mapping exactly as production does, without
-a network or a key. Each test scripts the stub's replies and inspects the requests it received.
+The stub (tests/messages_stub.py) is a real HTTP server on 127.0.0.1 and the real SDK is pointed at
+it via base_url: this exercises the SDK's request encoding, response parsing and error mapping exactly
+as production does, without a network or a key. Native citations: tests/test_anthropic_citations.py.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
-import anthropic
 import pytest
 from conftest import NOW, make_passage
+from messages_stub import MessagesStub, api_error, client_for, message, sent_key, stub, text, tool_use
 
 from indexer.sqlite_fts import SqliteLexicalIndex
 from query.anthropic_model import NO_TOOL_CALL, AnthropicModel, ModelUnavailable
@@ -37,103 +33,7 @@ from ragsync.settings import Settings
 from schemas.decisions import GENERIC_ABSTENTION, ReasonCode, SearchDecision
 from schemas.principal import Principal
 
-_ids = itertools.count(1)
-
-
-def message(*content: dict[str, Any], stop_reason: str = "tool_use") -> dict[str, Any]:
-    """A Messages API response body, in the real shape."""
-    return {
-        "id": f"msg_stub{next(_ids):04d}",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-stub",
-        "content": list(content),
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 321, "output_tokens": 42},
-    }
-
-
-def tool_use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "tool_use", "id": f"toolu_stub{next(_ids):04d}", "name": name, "input": tool_input}
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def api_error(kind: str, detail: str) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": kind, "message": detail}}
-
-
-class MessagesStub:
-    """POST /v1/messages answers from a script of (status, body); every request is recorded."""
-
-    def __init__(self) -> None:
-        self.script: list[tuple[int, dict[str, Any]]] = []
-        self.requests: list[dict[str, Any]] = []
-        self.raw: list[bytes] = []
-        self.headers: list[dict[str, str]] = []
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                with stub._lock:
-                    stub.paths.append(self.path)
-                    stub.raw.append(body)
-                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    stub.requests.append(json.loads(body))
-                    status, reply = (
-                        stub.script.pop(0) if stub.script else (400, api_error("stub_error", "script exhausted"))
-                    )
-                payload = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("request-id", f"req_stub{len(stub.requests)}")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def reply(self, *bodies: dict[str, Any]) -> None:
-        self.script.extend((200, b) for b in bodies)
-
-    def fail(self, status: int, body: dict[str, Any]) -> None:
-        self.script.append((status, body))
-
-    def user_text(self, index: int) -> str:
-        content = self.requests[index]["messages"][0]["content"]
-        return content if isinstance(content, str) else "".join(block["text"] for block in content)
-
-
-@pytest.fixture
-def stub() -> Iterator[MessagesStub]:
-    s = MessagesStub()
-    s.thread.start()
-    yield s
-    s.server.shutdown()
-    s.server.server_close()
-
-
-def sent_key(headers: dict[str, str]) -> str | None:
-    """SDK versions differ on the header that carries the key: x-api-key or a bearer token."""
-    if "x-api-key" in headers:
-        return headers["x-api-key"]
-    scheme, _, value = headers.get("authorization", "").partition(" ")
-    return value if scheme.lower() == "bearer" else None
-
-
-def client_for(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=0, timeout=10.0)
+__all__ = ["stub"]  # the fixture, imported from messages_stub
 
 
 @pytest.fixture
