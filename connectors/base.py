@@ -58,7 +58,8 @@ class Skipped:
 
 
 class SourceConnector(Protocol):
-    name: str  # stable source name, e.g. "drive:/abs/root"; part of every event ID
+    name: str  # short, stable source name (schemas.events.SOURCE_NAME_PATTERN): the namespace of its doc IDs
+    location: str  # what the name is bound to, e.g. "drive:/abs/root": one location per name (ConnectorState.claim)
 
     def documents(self) -> AsyncIterator[SourceDocument]: ...
 

@@ -66,6 +66,7 @@ __all__ = [
     "parse_manifest",
     "resolve_access",
 ]
+from schemas.events import SOURCE_NAME_PATTERN, source_name_from, valid_source_name
 
 EXTENSIONS: dict[str, ContentType] = {
     ".md": "markdown",
@@ -201,13 +202,18 @@ class DriveConnector:
     def __init__(
         self,
         root: Path,
+        name: str | None = None,
         *,
         refuse: Sequence[Path] = (),
         url_base: str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.root = Path(root).resolve()
-        self.name = f"drive:{self.root}"
+        # `name` namespaces the doc IDs (`<name>:<path>`); by default it is made from the folder's name.
+        self.name = name or source_name_from(self.root.name, "drive")
+        if not valid_source_name(self.name):
+            raise ValueError(f"invalid source name {self.name!r} (expected {SOURCE_NAME_PATTERN})")
+        self.location = f"drive:{self.root}"
         self.refuse = tuple(Path(p).resolve() for p in refuse)
         self.url_base = url_base
         self.max_bytes = max_bytes

@@ -27,9 +27,9 @@ Decisions:
   repository at a commit this tree only points to. A manifest that is not a regular file is broken.
 - The ref is not part of the source name, so switching the synced branch emits only the differences
   (an upsert per page that differs, deletes for pages the new branch lacks).
-- Doc IDs are paths relative to `subdir`, as the drive's are relative to its folder; the index keys
-  documents by (tenant, doc_id) across sources, so a wiki and a drive must not both publish the
-  same path for one tenant (choose `subdir`s or folders that keep them apart).
+- Doc IDs are `<name>:<path>`, the path relative to `subdir` as the drive's is relative to its
+  folder, and `name` the source's namespace (default: the repository's name), so a wiki and a
+  drive never share a document even when both hold the same path for one tenant.
 - Any git failure (bad ref, missing subdir, unreadable manifest) goes to `errors`, which stops the
   scanner from deleting anything: a typo in `--ref` must never look like "every page was removed".
 """
@@ -46,6 +46,7 @@ from urllib.parse import quote
 from connectors.access import MANIFEST_NAME, Manifest, parse_manifest, resolve_tree
 from connectors.base import Skipped, SourceDocument
 from connectors.drive import EXTENSIONS
+from schemas.events import SOURCE_NAME_PATTERN, source_name_from, valid_source_name
 
 DEFAULT_URL_TEMPLATE = "git+file://{repo}#{commit}:{path}"
 """`<commit>:<path>` is git's own object name, so `git show` opens exactly the version indexed."""
@@ -96,6 +97,7 @@ class GitWikiConnector:
         *,
         ref: str = "HEAD",
         subdir: str = "",
+        name: str | None = None,
         url_template: str = DEFAULT_URL_TEMPLATE,
         timeout_s: float = 120.0,
     ) -> None:
@@ -113,7 +115,11 @@ class GitWikiConnector:
         self.subdir = "" if str(sub) == "." else str(sub)
         self.url_template = url_template
         self.timeout_s = timeout_s
-        self.name = f"git:{self.repo}:{self.subdir}"
+        # The namespace of the doc IDs (`<name>:<path>`); by default the repository's name ("wiki.git" -> "wiki").
+        self.name = name or source_name_from(self.repo.name.removesuffix(".git"), "wiki")
+        if not valid_source_name(self.name):
+            raise ValueError(f"invalid source name {self.name!r} (expected {SOURCE_NAME_PATTERN})")
+        self.location = f"git:{self.repo}:{self.subdir}"
         self._errors: list[str] = []
         self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
         self._skipped: list[Skipped] = []

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
-from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id, qualify_doc_id
 
 
 class _ContentError(Exception):
@@ -53,13 +53,17 @@ class ScanReport:
 def build_event(
     source: str,
     tenant: str,
-    doc_id: str,
+    path: str,
     version: int,
     payload: UpsertPayload | AclPayload | DeletePayload,
     occurred_at: datetime,
 ) -> Event:
-    """The envelope with its deterministic ID; shared with push sources so their IDs follow the same rule."""
+    """The envelope with its deterministic ID; shared with push sources so their IDs follow the same rule.
+
+    `path` is the document's name within `source`; the event carries it namespaced, `<source>:<path>`.
+    """
     kind = EventKind(payload.kind)
+    doc_id = qualify_doc_id(source, path)
     return Event(
         event_id=make_event_id(source, tenant, doc_id, version, kind),
         kind=kind,
@@ -84,6 +88,7 @@ async def scan(
     """`force` re-emits every document as an upsert (after a chunker change); deletes are unaffected."""
     report = ScanReport()
     source = connector.name
+    state.claim(source, connector.location)  # SourceConflict: the name already namespaces another source
     seen: set[tuple[str, str]] = set()
     own_errors: list[str] = []
     fetch_failed = False

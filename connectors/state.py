@@ -4,6 +4,12 @@ A row is written only after the event describing it was published, so a crash be
 re-emits the same event (same version, hence the same deterministic event ID) on the next run,
 and downstream deduplicates it. Deleted documents keep their row (deleted = 1) so a document that
 comes back continues its version sequence instead of restarting at 1.
+
+Rows are keyed by the source's short name and the document's path within the source; events
+carry the namespaced doc ID `<source>:<path>` (schemas.events). The `sources` table binds each
+short name to the one location that may use it (a drive's folder, a repository and subdir, the
+webhook), so two drives that would both default to the name "docs", or a pusher configured with
+a drive's name, are refused instead of sharing, and overwriting, one namespace.
 """
 
 from __future__ import annotations
@@ -34,7 +40,19 @@ CREATE TABLE IF NOT EXISTS connector_meta (
     value TEXT NOT NULL,
     PRIMARY KEY (source, key)
 );
+CREATE TABLE IF NOT EXISTS sources (
+    name TEXT PRIMARY KEY,
+    location TEXT NOT NULL
+);
 """
+
+
+class SourceConflict(ValueError):
+    """A source name already bound to another location: using it would mix two sources' documents."""
+
+
+class HomeFormatError(RuntimeError):
+    """The home was written before doc IDs were namespaced by source and must be rebuilt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +78,12 @@ class ConnectorState:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA)
+        # Sources were once named by location ("drive:/abs/root", "webhook:kb"); short names have no ':'.
+        if self._db.execute("SELECT 1 FROM connector_docs WHERE source LIKE '%:%' LIMIT 1").fetchone():
+            raise HomeFormatError(
+                f"{path.parent}: this home was indexed before doc IDs were namespaced by source;"
+                " remove it and sync again"
+            )
 
     @staticmethod
     def _record(row: tuple[str, str, int, str, str, str, int]) -> DocRecord:
@@ -125,6 +149,19 @@ class ConnectorState:
             " ON CONFLICT (source, key) DO UPDATE SET value = excluded.value",
             (source, key, value),
         )
+
+    def claim(self, name: str, location: str) -> None:
+        """Bind `name` to `location` on first use; SourceConflict when another location holds it."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO sources (name, location) VALUES (?, ?)", (name, location))
+            row = self._db.execute("SELECT location FROM sources WHERE name = ?", (name,)).fetchone()
+        if row[0] != location:
+            raise SourceConflict(
+                f"source name {name!r} already belongs to {row[0]}; give {location} another name (--source NAME)"
+            )
+
+    def sources(self) -> dict[str, str]:
+        return dict(self._all("SELECT name, location FROM sources ORDER BY name", ()))
 
     def close(self) -> None:
         with self._lock:

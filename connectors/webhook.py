@@ -1,7 +1,7 @@
 """Webhook pushes as a source: an external system POSTs each document change as it happens.
 
     POST /v1/webhooks/{source}
-    X-Ragsync-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed with the shared secret>
+    X-Ragsync-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed with that source's own secret>
 
     {"action": "upsert", "tenant": "acme", "doc_id": "kb/refunds", "content": "# Refunds ...",
      "content_type": "markdown", "acl": ["group:staff"], "title": "Refunds",
@@ -11,8 +11,8 @@
 
 A pusher is a connector that already knows what changed, so there is no scan: each push is
 compared with what this source last published for the document (connectors.state, the same
-durable memory the scanner uses, under the source name `webhook:<source>`) and becomes at most one
-event, with the next version and the same deterministic event ID rule as scanned sources.
+durable memory the scanner uses, under the source's name) and becomes at most one event, with the
+next version and the same deterministic event ID rule as scanned sources.
 
 Contract with the pusher:
 - 202 `{"status": "published", "event_id", "version", "kind"}`: the event is durably in the log.
@@ -32,13 +32,15 @@ makes that harmless: a change whose sequence is not above the last applied one i
 instead of reverting the document (or resurrecting a deleted one). Pushes without `sequence` are
 applied in arrival order. The last applied sequence is kept in the state row's `fingerprint`.
 
-Identity is (source, tenant, doc_id) here, but the index keys documents by (tenant, doc_id) for
-every source alike, so a pushed doc_id must not equal one another source publishes for the same
-tenant (a drive path, a wiki page): prefix IDs per source, e.g. "kb/refunds".
+Identity: the pushed `doc_id` is a path inside the source's own namespace; the event and every
+store carry `<source>:<doc_id>`, so a pusher can never name, let alone re-ACL, a drive's or another
+pusher's document, whatever it puts in `doc_id`. Each source is configured with its own secret and
+the tenants it may push for (settings `[webhooks.<source>]`); a source that is not configured does
+not exist (404), and its name is bound to the webhook in connector state, so a drive cannot take
+the same namespace.
 
-Security: the signature covers the body, not the URL, and there is one secret for all sources, so
-every pusher is trusted for every tenant; serve it over TLS. Replaying a captured body is a no-op
-unless the document changed since; with `sequence` it is then refused as stale.
+Security: the signature covers the body, not the URL, but it is checked with the secret of the
+source named in the URL, so one pusher's secret signs nothing for another. Serve it over TLS.
 
 Threading: `state` is only used on the event loop's thread, because ConnectorState's SQLite
 connection belongs to the thread that opened it. Open it on the thread that runs the server
@@ -53,9 +55,8 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -73,17 +74,40 @@ from connectors.drive import TENANT_PATTERN, format_validation_error
 from connectors.scan import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
-from schemas.events import AclEntry, AclPayload, DeletePayload, Event, Identifier, UpsertPayload
+from schemas.events import (
+    SOURCE_NAME_PATTERN,
+    AclEntry,
+    AclPayload,
+    DeletePayload,
+    Event,
+    Identifier,
+    UpsertPayload,
+    valid_source_name,
+)
 from schemas.instants import instant_validator
 
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Ragsync-Signature"
-SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Keeps the resulting event under the Kafka log's 10 MiB message limit."""
+MIN_SECRET_CHARS = 16
+WEBHOOK_LOCATION = "webhook"
+"""What a webhook source's name is bound to in connector state (ConnectorState.claim)."""
 
-_SOURCE = re.compile(SOURCE_PATTERN)
+
+@dataclass(frozen=True, slots=True)
+class WebhookSource:
+    """One pusher: its own secret, and the only tenants it may push documents for."""
+
+    secret: str
+    tenants: frozenset[str]
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < MIN_SECRET_CHARS:
+            raise ValueError(f"a webhook secret needs at least {MIN_SECRET_CHARS} characters")
+        if not self.tenants:
+            raise ValueError("a webhook source needs at least one tenant it may push for")
 
 
 EffectiveFrom = Annotated[datetime, instant_validator("effective_from")]
@@ -174,7 +198,7 @@ def _error(status_code: int, message: str, **extra: Any) -> JSONResponse:
 
 def create_webhook_app(
     publish: Callable[[Event], None],
-    secret: str,
+    sources: Mapping[str, WebhookSource],
     state: ConnectorState,
     *,
     now: Callable[[], datetime] = utcnow,
@@ -184,26 +208,34 @@ def create_webhook_app(
 
     `publish` must be durable when it returns (see `streams.ports.publish_durably`) and callable from a worker
     thread (both event logs are). `state` must have been opened on the thread that runs the loop.
+    Raises SourceConflict when a source's name already namespaces another source (a drive, a wiki).
     """
-    if not secret:
-        raise ValueError("the webhook secret must not be empty: anyone could sign pushes")
+    if not sources:
+        raise ValueError("no webhook source configured")
+    for name in sources:
+        if not valid_source_name(name):
+            raise ValueError(f"invalid webhook source name {name!r} (expected {SOURCE_NAME_PATTERN})")
+        state.claim(name, WEBHOOK_LOCATION)
     locks: weakref.WeakValueDictionary[tuple[str, str, str], anyio.Lock] = weakref.WeakValueDictionary()
 
     async def receive(request: Request) -> JSONResponse:
         name = request.path_params["source"]
-        if not _SOURCE.match(name):
-            return _error(404, f"invalid source name {name!r} (expected {SOURCE_PATTERN})")
+        config = sources.get(name)
+        if config is None:
+            return _error(404, f"no webhook source {name!r} is configured")
         body = await _read_body(request, max_body_bytes)
         if body is None:
             return _error(413, f"body larger than {max_body_bytes} bytes")
-        if not signature_ok(secret, body, request.headers.get(SIGNATURE_HEADER)):
+        if not signature_ok(config.secret, body, request.headers.get(SIGNATURE_HEADER)):
             return _error(401, f"missing or invalid {SIGNATURE_HEADER} (expected sha256=<hex HMAC of the body>)")
         try:
             push = _PUSH.validate_json(body)
         except ValidationError as exc:
             return _error(422, f"invalid push: {format_validation_error(exc)}")
+        if push.tenant not in config.tenants:
+            return _error(403, f"source {name!r} may not push for tenant {push.tenant!r}")
 
-        source = f"webhook:{name}"
+        source = name
         key = (source, push.tenant, push.doc_id)
         lock = locks.get(key)
         if lock is None:
@@ -300,7 +332,7 @@ def _plan(source: str, push: UpsertPush | AclPush | DeletePush, record: DocRecor
                 payload = payload.model_copy(update={"title": push.title})
     elif isinstance(push, AclPush):
         if live is None:
-            raise _Refused(404, f"no live document {push.tenant}/{push.doc_id} from {source}: push an upsert first")
+            raise _Refused(404, f"no live document {push.tenant}/{push.doc_id} from {source!r}: push an upsert first")
         acl = tuple(sorted(set(push.acl)))
         if live.acl == acl:
             return _unchanged(push, record, applied_seq)

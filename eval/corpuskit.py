@@ -29,6 +29,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCE = "corpus"
+"""Every set's corpus is synced with `--source corpus` (the default name of its `corpus/` folder too), so
+gold doc IDs are the IDs as indexed: `corpus:<path in the corpus>` (doc IDs are namespaced by source)."""
+
+
+def corpus_path(doc_id: str) -> str:
+    """The path in the corpus of a gold doc ID (`corpus:gitdocs/commands/git-stash.html` -> `gitdocs/...`)."""
+    return doc_id.removeprefix(f"{SOURCE}:")
+
+
 _SPACE = re.compile(r"\s+")
 _SKIP_TAGS = {"script", "style", "head", "title"}
 _BLOCK = {
@@ -130,7 +140,7 @@ def build(
                 dst.write(line)
                 continue
             item = json.loads(text)
-            if all(g["doc_id"] in wanted for g in item.get("gold", [])):
+            if all(corpus_path(g["doc_id"]) in wanted for g in item.get("gold", [])):
                 dst.write(line)
                 kept += 1
     summary = {"pages": len(wanted), "bytes": sum(p.stat().st_size for p in wanted.values()), "questions": kept}
@@ -212,7 +222,7 @@ def verify(
         for gold in item.get("gold", []):
             doc_id, quote = gold["doc_id"], normalize(gold["quote"])
             where = f"{questions.name}:{number} {item['id']}: {doc_id}"
-            path = corpus / doc_id
+            path = corpus / corpus_path(doc_id)
             if not path.is_file():
                 failures.append(f"{where}: no such document under {corpus}")
                 continue

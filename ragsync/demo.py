@@ -18,6 +18,7 @@ from ragsync.commands.common import say
 from ragsync.pipeline import sync_folder
 from ragsync.settings import Settings
 from ragsync.wiring import build, token_signer
+from schemas.events import qualify_doc_id
 from schemas.principal import Principal
 
 REFUNDS_V1 = """\
@@ -63,6 +64,12 @@ GLOBEX_REFUNDS = """\
 
 Customers may request a refund within 14 days of delivery, with the receipt.
 """
+
+
+SOURCE = "drive"
+"""The sample drive's source name: its documents are known as drive:<path relative to the drive>."""
+REFUNDS = qualify_doc_id(SOURCE, "acme/policies/refunds.md")
+SALARIES_ID = qualify_doc_id(SOURCE, "acme/hr/salaries.md")
 
 
 def build_drive(root: Path) -> None:
@@ -125,7 +132,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     def sync(label: str) -> None:
         components = build(settings)
         try:
-            report = sync_folder(components, drive)
+            report = sync_folder(components, drive, SOURCE)
         finally:
             components.close()
         s = report.scan
@@ -156,7 +163,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     r = ask(ann, refund_q)
     n.show("ann", refund_q, r)
     n.expect(r.answered and "30 days" in (r.answer or ""), "answered from acme's policy: 30 days")
-    n.expect(all(c.passage_id.startswith("acme/policies/refunds.md@") for c in r.claims), "cites acme's document")
+    n.expect(all(c.passage_id.startswith(f"{REFUNDS}@") for c in r.claims), "cites acme's document")
 
     n.title("Ask as gus (globex): same words, only globex's own document")
     r = ask(gus, refund_q)
@@ -195,7 +202,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     components = build(settings, with_embedder=False)
     try:
         records = components.audit.records("acme")
-        remaining = components.lexical.count("acme", "acme/hr/salaries.md")
+        remaining = components.lexical.count("acme", SALARIES_ID)
     finally:
         components.close()
     for rec in records:
@@ -205,7 +212,7 @@ def run_demo(directory: Path | None, base: Settings) -> int:
             f"{rec.received_at.isoformat(timespec='milliseconds')}; removed from {stores}; cache invalidated "
             f"{rec.cache_invalidated_at.isoformat(timespec='milliseconds')}; {rec.passages_removed} passages"
         )
-    n.expect(remaining == 0 and any(r.doc_id == "acme/hr/salaries.md" for r in records), "gone and audited")
+    n.expect(remaining == 0 and any(r.doc_id == SALARIES_ID for r in records), "gone and audited")
 
     say("")
     if n.failures:

@@ -75,5 +75,6 @@ def sync_source(
     return SyncReport(report, stats, reindex)
 
 
-def sync_folder(components: Components, root: Path, **options: Any) -> SyncReport:
-    return sync_source(components, DriveConnector(root, refuse=[components.settings.home]), **options)
+def sync_folder(components: Components, root: Path, name: str | None = None, **options: Any) -> SyncReport:
+    """`name` is the drive's source name, the namespace of its doc IDs (default: from the folder's name)."""
+    return sync_source(components, DriveConnector(root, name, refuse=[components.settings.home]), **options)

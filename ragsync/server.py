@@ -189,9 +189,11 @@ def server_app(
     checks: Mapping[str, Check] | None = None,
     metrics_on_app: bool = False,
 ) -> FastAPI:
-    """The public app: /v1/ask, /healthz, /readyz, /openapi.json, /docs and, with a webhook secret,
-    POST /v1/webhooks/{source}. `registry` collects its metrics for the operator listener; with
-    `metrics_on_app` (the ASGI-app mode) and a `metrics_token`, /metrics is served here too.
+    """The public app: /v1/ask, /healthz, /readyz, /openapi.json, /docs and, for each configured webhook
+    source (`[webhooks.<source>]`), POST /v1/webhooks/{source}. `registry` collects its metrics for the
+    operator listener; with `metrics_on_app` (the ASGI-app mode) and a `metrics_token`, /metrics is
+    served here too. Raises SourceConflict (a ValueError) when a webhook source's name already
+    belongs to another source (a drive, a wiki).
     """
     settings = components.settings
     registry = registry if registry is not None else new_registry()
@@ -209,15 +211,15 @@ def server_app(
     app.add_middleware(RequestLog, latency=latency)
     if metrics_on_app and settings.metrics_token:
         app.add_route("/metrics", metrics_endpoint(registry, settings.metrics_token), ["GET"], include_in_schema=False)
-    secret = settings.webhook_secret
-    if secret:
+    if settings.webhooks:
         from connectors.state import ConnectorState
-        from connectors.webhook import create_webhook_app
+        from connectors.webhook import WebhookSource, create_webhook_app
         from streams.ports import publish_durably
 
         state = ConnectorState(settings.home / "connectors.db")
         components.closers.append(state)
-        app.mount("", create_webhook_app(publish_durably(components.events), secret, state))
+        sources = {name: WebhookSource(h.secret, frozenset(h.tenants)) for name, h in settings.webhooks.items()}
+        app.mount("", create_webhook_app(publish_durably(components.events), sources, state))
         _document_webhooks(app)
     return app
 
@@ -364,8 +366,8 @@ def run_server(
         announce(f"ragsync serve: operator metrics on {metrics.url}/metrics{guarded}")
     else:
         announce("ragsync serve: operator metrics off (metrics_port unset)")
-    if settings.webhook_secret:
-        announce(f"ragsync serve: webhook pushes at POST {api_url}/v1/webhooks/{{source}} (X-Ragsync-Signature)")
+    for name in settings.webhooks:
+        announce(f"ragsync serve: webhook pushes at POST {api_url}/v1/webhooks/{name} (X-Ragsync-Signature)")
     metrics_server: Any = None
     if metrics is not None:
         _, metrics_server = _serve_in_thread(metrics_app(registry, settings.metrics_token), metrics)

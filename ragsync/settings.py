@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
@@ -56,6 +56,15 @@ def _default_model_path() -> Path | None:
     return None
 
 
+class WebhookSourceSettings(BaseModel):
+    """One webhook pusher (`[webhooks.<source>]`): its own secret and the tenants it may push for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    secret: str = Field(min_length=16)
+    tenants: tuple[str, ...] = Field(min_length=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
@@ -72,7 +81,8 @@ class Settings(BaseSettings):
     jwt_tenant_claim: str = "tenant"
     jwt_groups_claim: str = "groups"
     legacy_tokens_until: Instant | None = None  # read the pre-JWT token format until then
-    webhook_secret: str = ""
+    webhooks: dict[str, WebhookSourceSettings] = {}
+    """Webhook sources by name; env RAGSYNC_WEBHOOKS='{"kb": {"secret": "...", "tenants": ["acme"]}}'."""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"

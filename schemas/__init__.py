@@ -17,7 +17,10 @@ from schemas.events import (
     Event,
     EventKind,
     UpsertPayload,
+    doc_path,
     make_event_id,
+    qualify_doc_id,
+    split_doc_id,
 )
 from schemas.passages import Passage, make_passage_id, split_passage_id
 from schemas.principal import AccessFilter, Principal, acl_allows
@@ -41,7 +44,10 @@ __all__ = [
     "Trace",
     "UpsertPayload",
     "acl_allows",
+    "doc_path",
     "make_event_id",
     "make_passage_id",
+    "qualify_doc_id",
+    "split_doc_id",
     "split_passage_id",
 ]

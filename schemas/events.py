@@ -2,11 +2,19 @@
 
 An ACL event carries the full new ACL, never a delta: replaying it twice, or after a newer
 upsert that already carried the same ACL, leaves the same state.
+
+Doc IDs are namespaced by source: `<source>:<path>`, where `source` is the short, validated name
+of the connector that owns the document (a drive, a git wiki, a webhook pusher) and `path` is what
+that source calls it (a drive's path relative to its root). Every store and the doc state key
+documents by (tenant, doc_id), so the namespace is what keeps one source from touching another's
+documents: an event whose doc_id is outside its own source's namespace fails validation and is
+dead-lettered, never applied.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -19,6 +27,46 @@ ACL_ENTRY_PATTERN = r"^(group|user):[^\s:][^\s]*$"
 AclEntry = Annotated[str, Field(pattern=ACL_ENTRY_PATTERN)]
 UtcDatetime = Annotated[datetime, AfterValidator(to_utc)]
 Identifier = Annotated[str, Field(min_length=1, max_length=1024)]
+
+SOURCE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+"""Short and plain: it prefixes every doc ID, and it cannot contain ':', so the first ':' ends it."""
+SourceName = Annotated[str, Field(pattern=SOURCE_NAME_PATTERN)]
+_SOURCE_NAME = re.compile(SOURCE_NAME_PATTERN)
+
+
+def valid_source_name(name: str) -> bool:
+    return bool(_SOURCE_NAME.match(name))
+
+
+def qualify_doc_id(source: str, path: str) -> str:
+    """The doc ID every store and event carries for `path` of `source`."""
+    if not valid_source_name(source):
+        raise ValueError(f"invalid source name {source!r} (expected {SOURCE_NAME_PATTERN})")
+    if not path:
+        raise ValueError("a document path must not be empty")
+    return f"{source}:{path}"
+
+
+def split_doc_id(doc_id: str) -> tuple[str, str]:
+    """(source, path) of a namespaced doc ID; ValueError for one outside any source's namespace."""
+    source, sep, path = doc_id.partition(":")
+    if not sep or not path or not valid_source_name(source):
+        raise ValueError(f"doc id {doc_id!r} is not namespaced by a source (expected <source>:<path>)")
+    return source, path
+
+
+def source_name_from(hint: str, fallback: str) -> str:
+    """A default source name from a folder or repository name ("My Docs" -> "my-docs"), else `fallback`."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", hint.lower()).strip("-_")[:32].strip("-_")
+    return slug if valid_source_name(slug) else fallback
+
+
+def doc_path(doc_id: str) -> str:
+    """What users type for a document: its path within its source (the whole ID when not namespaced)."""
+    try:
+        return split_doc_id(doc_id)[1]
+    except ValueError:
+        return doc_id
 
 
 class EventKind(StrEnum):
@@ -64,13 +112,21 @@ class Event(_Strict):
     doc_id: Identifier
     version: int = Field(ge=1)
     occurred_at: UtcDatetime = Field(default_factory=utcnow)
-    source: str = Field(min_length=1)
+    source: SourceName
     payload: Payload
 
     @model_validator(mode="after")
     def _kind_matches_payload(self) -> Event:
         if self.payload.kind != self.kind.value:
             raise ValueError(f"kind {self.kind.value!r} does not match payload kind {self.payload.kind!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _source_owns_document(self) -> Event:
+        """A source may only write inside its own namespace: the check that stops a takeover."""
+        owner, _ = split_doc_id(self.doc_id)
+        if owner != self.source:
+            raise ValueError(f"source {self.source!r} does not own document {self.doc_id!r} (owned by {owner!r})")
         return self
 
     @property

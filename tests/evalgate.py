@@ -95,7 +95,8 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     }
     runner = CliRunner()
     started = time.perf_counter()
-    synced = runner.invoke(main, ["sync", str(out / "corpus"), "--json"], env=env, catch_exceptions=False)
+    sync_args = ["sync", str(out / "corpus"), "--source", "corpus", "--json"]
+    synced = runner.invoke(main, sync_args, env=env, catch_exceptions=False)
     assert synced.exit_code == 0, synced.output
     sync_report = json.loads(synced.output)
     assert sync_report["dense"] is True and sync_report["errors"] == []

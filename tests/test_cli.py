@@ -124,10 +124,10 @@ REPLAYED_TEXT = "Replayed documents are indexed once the worker is fixed."
 
 def replayable_upsert() -> Event:
     return Event(
-        event_id=make_event_id("test", "acme", "kb/replayed.md", 1, EventKind.UPSERT),
+        event_id=make_event_id("test", "acme", "test:kb/replayed.md", 1, EventKind.UPSERT),
         kind=EventKind.UPSERT,
         tenant="acme",
-        doc_id="kb/replayed.md",
+        doc_id="test:kb/replayed.md",
         version=1,
         source="test",
         payload=UpsertPayload(
@@ -141,7 +141,7 @@ def replayable_upsert() -> Event:
 
 
 def dead_letter(events: SqliteEventLog, value: bytes, reason: str, offset: int) -> None:
-    original = Record(TOPIC_DOCUMENTS, 0, offset, "acme/kb/replayed.md", value)
+    original = Record(TOPIC_DOCUMENTS, 0, offset, "acme/test:kb/replayed.md", value)
     events.publish_raw(TOPIC_DLQ, original.key, dead_letter_value(original, reason))
 
 
@@ -179,7 +179,7 @@ def test_dlq_list_show_replay(env: dict[str, str], tmp_path: Path) -> None:
     ok(env, "sync", str(drive))  # the embedded profile applies the replayed event
     token = ok(env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").output.strip()
     answer = as_json(ok(env, "ask", "When are replayed documents indexed?", "--token", token, "--json"))
-    assert answer["answered"] is True and answer["claims"][0]["passage_id"].startswith("kb/replayed.md@1")
+    assert answer["answered"] is True and answer["claims"][0]["passage_id"].startswith("test:kb/replayed.md@1")
 
 
 def test_dlq_list_on_a_clean_home(env: dict[str, str], tmp_path: Path) -> None:

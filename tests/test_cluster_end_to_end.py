@@ -140,10 +140,12 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         eventually(lambda: ask(cluster_env, hal, question)["answered"], what="the worker to index the drive")
         eventually(lambda: points(cluster_env, "globex") > 0, 60, "the worker to index globex")
         answer = ask(cluster_env, hal, question)
-        assert "90,000" in answer["answer"] and answer["claims"][0]["passage_id"].startswith("acme/hr/salaries.md@1#")
-        salaries_dense = [p for p in dense_ids(answer) if p.startswith("acme/hr/salaries.md@1#")]
+        assert "90,000" in answer["answer"] and answer["claims"][0]["passage_id"].startswith(
+            "drive:acme/hr/salaries.md@1#"
+        )
+        salaries_dense = [p for p in dense_ids(answer) if p.startswith("drive:acme/hr/salaries.md@1#")]
         assert salaries_dense, f"the dense ranker found no salaries passage: {answer['trace']['searches']}"
-        held = points(cluster_env, "acme", "acme/hr/salaries.md")
+        held = points(cluster_env, "acme", "drive:acme/hr/salaries.md")
         assert held >= len(set(salaries_dense)) > 0
         assert points(cluster_env, "acme") >= 3 and points(cluster_env, "globex") >= 1
         assert shared_embeddings(cluster_env) >= points(cluster_env, "acme"), "the worker's vectors are shared"
@@ -152,30 +154,30 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         for token, tenant in ((ann, "acme"), (gil, "globex")):
             seen = ask(cluster_env, token, question)
             ranked = dense_ids(seen) + lexical_ids(seen)
-            assert not any(p.startswith("acme/hr/") for p in ranked), ranked
-            assert all(p.startswith(f"{tenant}/") for p in ranked), ranked
+            assert not any(p.startswith("drive:acme/hr/") for p in ranked), ranked
+            assert all(p.startswith(f"drive:{tenant}/") for p in ranked), ranked
             assert "90,000" not in (seen["answer"] or "")
         refunds = ask(cluster_env, gil, "What is the refund window?")
-        assert dense_ids(refunds) and all(p.startswith("globex/") for p in dense_ids(refunds))
+        assert dense_ids(refunds) and all(p.startswith("drive:globex/") for p in dense_ids(refunds))
 
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
         assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["acl_changes"] == 1
         eventually(lambda: not ask(cluster_env, hal, question)["answered"], 60, "the revocation")
         revoked = ask(cluster_env, hal, question)
-        assert not any(p.startswith("acme/hr/") for p in dense_ids(revoked) + lexical_ids(revoked))
-        assert points(cluster_env, "acme", "acme/hr/salaries.md") == held, "an ACL change keeps the points"
+        assert not any(p.startswith("drive:acme/hr/") for p in dense_ids(revoked) + lexical_ids(revoked))
+        assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == held, "an ACL change keeps the points"
 
         (drive / "acme/hr/salaries.md").unlink()
         assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["deletes"] == 1
 
         def audited() -> bool:
             rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
-            return [r["doc_id"] for r in rows] == ["acme/hr/salaries.md"]
+            return [r["doc_id"] for r in rows] == ["drive:acme/hr/salaries.md"]
 
         eventually(audited, 60, "the deletion audit record")
         rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
         assert {"elasticsearch", "qdrant"} <= set(rows[0]["removed_at"]), rows[0]
-        assert points(cluster_env, "acme", "acme/hr/salaries.md") == 0, "the server still holds deleted points"
+        assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == 0, "the server still holds deleted points"
         assert points(cluster_env, "acme") > 0
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -14,7 +14,7 @@ from connectors.base import Skipped, SourceConnector, SourceDocument, content_me
 from connectors.drive import DriveConnector, resolve_access
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
-from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, doc_path, make_event_id
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -90,7 +90,7 @@ def harness(drive: Path, tmp_path: Path) -> Iterator[Harness]:
 
 
 def by_doc(events: list[Event]) -> dict[str, Event]:
-    return {e.doc_id: e for e in events}
+    return {doc_path(e.doc_id): e for e in events}
 
 
 def upsert(event: Event) -> UpsertPayload:
@@ -103,7 +103,7 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harne
     report, events = await harness.run(progress=progress.append)
     assert report == ScanReport(upserts=6, errors=[], skipped=[Skipped("acme/policies/image.png", "unsupported type")])
     assert progress == [1] * 6
-    assert [e.doc_id for e in events] == [
+    assert [doc_path(e.doc_id) for e in events] == [
         "acme/board.md",
         "acme/handbook/onboarding.html",
         "acme/hr/notes.txt",
@@ -113,9 +113,10 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harne
     ]
     docs = by_doc(events)
     assert all(e.kind is EventKind.UPSERT and e.version == 1 for e in events)
-    assert all(e.source == f"drive:{drive.resolve()}" and e.occurred_at == NOW for e in events)
+    assert all(e.source == "drive" and e.occurred_at == NOW for e in events)  # the folder's name
+    assert all(e.doc_id == f"drive:{doc_path(e.doc_id)}" for e in events), "doc IDs are namespaced by source"
 
-    access = {e.doc_id: (e.tenant, upsert(e).acl) for e in events}
+    access = {doc_path(e.doc_id): (e.tenant, upsert(e).acl) for e in events}
     assert access == {
         "acme/board.md": ("acme", ("group:board",)),  # per-file override
         "acme/handbook/onboarding.html": ("acme", ("group:staff",)),  # inherited from acme/
@@ -173,7 +174,7 @@ async def test_content_edit_emits_upsert_v2_and_touch_without_change_emits_nothi
     report, events = await harness.run()
     assert (report.upserts, report.unchanged, report.acl_changes) == (1, 5, 0)
     [event] = events
-    assert (event.doc_id, event.kind, event.version) == ("acme/policies/refunds.md", EventKind.UPSERT, 2)
+    assert (doc_path(event.doc_id), event.kind, event.version) == ("acme/policies/refunds.md", EventKind.UPSERT, 2)
     assert "Within 45 days." in upsert(event).content
     # The touched file was re-read once, found identical, and its new fingerprint stored.
     assert (await harness.run())[1] == []
@@ -184,7 +185,7 @@ async def test_manifest_acl_change_emits_acl_event_with_full_acl(harness: Harnes
     (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads", "user:ceo", "group:audit"]\n')
     report, events = await harness.run()
     assert (report.upserts, report.acl_changes, report.deletes) == (0, 2, 0)
-    assert sorted((e.doc_id, e.kind, e.version) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind, e.version) for e in events) == [
         ("acme/hr/notes.txt", EventKind.ACL, 2),
         ("acme/hr/salaries.md", EventKind.ACL, 2),
     ]
@@ -199,7 +200,12 @@ async def test_removed_file_emits_delete(harness: Harness, drive: Path) -> None:
     report, events = await harness.run()
     assert report.deletes == 1 and not report.deletes_skipped
     [event] = events
-    assert (event.tenant, event.doc_id, event.kind, event.version) == ("acme", "acme/hr/salaries.md", "delete", 2)
+    assert (event.tenant, doc_path(event.doc_id), event.kind, event.version) == (
+        "acme",
+        "acme/hr/salaries.md",
+        "delete",
+        2,
+    )
     assert isinstance(event.payload, DeletePayload)
     assert (await harness.run())[1] == [], "a delete is emitted once"
 
@@ -226,7 +232,7 @@ async def test_fetch_error_emits_no_deletes(harness: Harness, drive: Path) -> No
     assert report.errors == ["acme/board.md: cannot read: permission denied"]
 
     report, events = await harness.run()
-    assert sorted((e.doc_id, e.kind) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind) for e in events) == [
         ("acme/board.md", EventKind.UPSERT),
         ("globex/refunds.md", EventKind.DELETE),
     ], "the unreadable file is retried and the delete happens once the scan is complete"
@@ -279,7 +285,7 @@ async def test_file_without_tenant_is_an_error(tmp_path: Path) -> None:
     events: list[Event] = []
     report = await scan(DriveConnector(tmp_path / "d"), state, events.append)
     state.close()
-    assert [(e.tenant, e.doc_id, upsert(e).acl) for e in events] == [("t", "t/a.md", ())]
+    assert [(e.tenant, doc_path(e.doc_id), upsert(e).acl) for e in events] == [("t", "t/a.md", ())]
     [error] = report.errors
     assert "loose.md" in error and "no tenant" in error
     assert report.deletes_skipped
@@ -306,7 +312,7 @@ async def test_manifest_move_to_other_tenant_is_delete_then_upsert(harness: Harn
     await harness.run()
     (drive / "acme/hr/.ragsync-acl.toml").write_text('tenant = "initech"\nread = ["group:hr"]\n')
     report, events = await harness.run()
-    assert [(e.kind, e.tenant, e.doc_id, e.version) for e in events] == [
+    assert [(e.kind, e.tenant, doc_path(e.doc_id), e.version) for e in events] == [
         (EventKind.DELETE, "acme", "acme/hr/notes.txt", 2),
         (EventKind.UPSERT, "initech", "acme/hr/notes.txt", 1),
         (EventKind.DELETE, "acme", "acme/hr/salaries.md", 2),
@@ -332,7 +338,7 @@ async def test_versions_are_monotonic_through_edit_acl_delete_and_return(harness
         elif step == "restore":
             path.write_text("# Board minutes\n\nRevised.\n")
         _, events = await harness.run()
-        history += [(e.kind.value, e.version) for e in events if e.doc_id == "acme/board.md"]
+        history += [(e.kind.value, e.version) for e in events if doc_path(e.doc_id) == "acme/board.md"]
     assert history == [("upsert", 1), ("upsert", 2), ("acl", 3), ("delete", 4), ("upsert", 5)]
 
 
@@ -343,8 +349,7 @@ async def test_event_ids_are_deterministic(drive: Path, tmp_path: Path) -> None:
         runs.append([e.event_id for e in (await h.run())[1]])
         h.state.close()
     assert runs[0] == runs[1] and len(set(runs[0])) == 6
-    source = f"drive:{drive.resolve()}"
-    assert runs[0][0] == make_event_id(source, "acme", "acme/board.md", 1, EventKind.UPSERT)
+    assert runs[0][0] == make_event_id("drive", "acme", "drive:acme/board.md", 1, EventKind.UPSERT)
 
 
 async def test_failed_publish_leaves_state_so_the_next_run_retries(harness: Harness, drive: Path) -> None:
@@ -403,7 +408,7 @@ async def test_out_of_range_date_is_that_documents_error_and_the_scan_goes_on(ha
     (drive / "globex/refunds.md").unlink()
     (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["user:ceo"]\n')
     report, events = await harness.run()
-    assert sorted((e.doc_id, e.kind) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind) for e in events) == [
         ("acme/hr/notes.txt", EventKind.ACL),
         ("acme/hr/salaries.md", EventKind.ACL),
         ("globex/refunds.md", EventKind.DELETE),
@@ -474,7 +479,7 @@ async def test_acl_change_is_applied_when_the_file_cannot_be_read(harness: Harne
     (drive / "acme/board.md").write_text("# Board minutes\n\nChanged.\n")
     report, events = await harness.run(Unreadable(drive))
     [event] = events
-    assert (event.doc_id, event.kind) == ("acme/board.md", EventKind.ACL)
+    assert (doc_path(event.doc_id), event.kind) == ("acme/board.md", EventKind.ACL)
     assert event.payload == AclPayload(acl=("group:staff",))
     assert report.errors == ["acme/board.md: cannot read: permission denied"] and report.deletes_skipped
     _, events = await harness.run()

@@ -55,7 +55,7 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
     salaries = (drive / "acme/hr/salaries.md").read_text()
     flat = " ".join(salaries.split()).lower()
     for claim in answer["claims"]:
-        assert claim["passage_id"].startswith("acme/hr/salaries.md@1#")
+        assert claim["passage_id"].startswith("drive:acme/hr/salaries.md@1#")
         assert " ".join(claim["quote"].split()).lower() in flat or claim["quote"].replace(" ", "") in salaries
         assert claim["source_url"] == "acme/hr/salaries.md", "relative to the drive, never the server path"
     assert "90,000" in answer["answer"]
@@ -84,7 +84,7 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
     leads = token(env, "acme", "lee", "hr-leads")
     assert ask(env, leads, salary_q)["answered"] is False
     audit = json.loads(run(env, "audit", "deletions", "--json").output)
-    assert [(r["tenant"], r["doc_id"]) for r in audit] == [("acme", "acme/hr/salaries.md")]
+    assert [(r["tenant"], r["doc_id"]) for r in audit] == [("acme", "drive:acme/hr/salaries.md")]
     assert set(audit[0]["removed_at"]) == {"sqlite-fts5", "qdrant-edge"} and audit[0]["passages_removed"] >= 1
 
     # A new version; as of a date before it the old version answers.
@@ -93,9 +93,11 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
     (drive / "acme/policies/refunds.md").write_text(REFUNDS_V2)
     run(env, "sync", str(drive))
     now = ask(env, ann, refund_q)
-    assert "45 days" in now["answer"] and now["claims"][0]["passage_id"].startswith("acme/policies/refunds.md@2#")
+    assert "45 days" in now["answer"] and now["claims"][0]["passage_id"].startswith("drive:acme/policies/refunds.md@2#")
     before = ask(env, ann, refund_q, "--as-of", "2026-03-01")
-    assert "30 days" in before["answer"] and before["claims"][0]["passage_id"].startswith("acme/policies/refunds.md@1#")
+    assert "30 days" in before["answer"] and before["claims"][0]["passage_id"].startswith(
+        "drive:acme/policies/refunds.md@1#"
+    )
     assert REFUNDS_V1  # the fixture text the old version came from
 
 

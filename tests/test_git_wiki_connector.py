@@ -15,7 +15,7 @@ from connectors.base import Skipped, SourceDocument
 from connectors.git_wiki import GitWikiConnector
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
-from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
+from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, doc_path
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -122,7 +122,7 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_committed_manif
     harness: Harness, repo: Repo
 ) -> None:
     report, events = await harness.run()
-    assert [(e.kind, e.tenant, e.doc_id, e.version, upsert(e).acl) for e in events] == [
+    assert [(e.kind, e.tenant, doc_path(e.doc_id), e.version, upsert(e).acl) for e in events] == [
         (EventKind.UPSERT, "acme", "acme/board.md", 1, ("group:board",)),
         (EventKind.UPSERT, "acme", "acme/hr/handbook.html", 1, ("group:hr", "user:ceo")),
         (EventKind.UPSERT, "acme", "acme/hr/salaries.md", 1, ("group:hr", "user:ceo")),
@@ -131,8 +131,9 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_committed_manif
     ], "hidden pages and folders, other extensions and manifests are not documents"
     assert report == ScanReport(upserts=5, errors=[], skipped=[Skipped("acme/logo.png", "unsupported type")])
 
-    source = f"git:{repo.root.resolve()}:"
+    source = repo.root.name  # the repository's name namespaces its doc IDs
     assert all(e.source == source and e.occurred_at == NOW for e in events)
+    assert all(e.doc_id == f"{source}:{doc_path(e.doc_id)}" for e in events)
     head = repo.git("rev-parse", "HEAD")
     refunds = upsert(events[3])
     assert refunds.content == PAGES["acme/policies/refunds.md"]
@@ -155,7 +156,7 @@ async def test_unchanged_pages_are_never_fetched(harness: Harness, repo: Repo) -
     report, events = await harness.run()
     assert harness.fetched == ["acme/board.md"], "only the page whose blob changed is read"
     [event] = events
-    assert (event.kind, event.doc_id, event.version) == (EventKind.UPSERT, "acme/board.md", 2)
+    assert (event.kind, doc_path(event.doc_id), event.version) == (EventKind.UPSERT, "acme/board.md", 2)
     assert upsert(event).content == "# Board minutes\n\nNew plans.\n"
     assert (report.upserts, report.unchanged) == (1, 4)
 
@@ -173,7 +174,7 @@ async def test_manifest_change_emits_acl_events(harness: Harness, repo: Repo) ->
     await harness.run()
     repo.commit({"acme/hr/.ragsync-acl.toml": 'read = ["group:hr-leads", "user:ceo"]\n'}, "hr: leads only")
     report, events = await harness.run()
-    assert sorted((e.doc_id, e.kind, e.version) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind, e.version) for e in events) == [
         ("acme/hr/handbook.html", EventKind.ACL, 2),
         ("acme/hr/salaries.md", EventKind.ACL, 2),
     ]
@@ -188,7 +189,7 @@ async def test_git_rm_emits_delete(harness: Harness, repo: Repo) -> None:
     repo.commit(message="remove salaries")
     report, events = await harness.run()
     [event] = events
-    assert (event.kind, event.tenant, event.doc_id, event.version) == (
+    assert (event.kind, event.tenant, doc_path(event.doc_id), event.version) == (
         EventKind.DELETE,
         "acme",
         "acme/hr/salaries.md",
@@ -216,7 +217,7 @@ async def test_other_refs_and_branch_switch_emit_only_differences(harness: Harne
     _, events = await harness.run(ref=first)
     assert len(events) == 5 and "Secret plans." in upsert(events[0]).content
     _, events = await harness.run(ref="main")
-    assert [(e.doc_id, e.version) for e in events] == [("acme/board.md", 2)]
+    assert [(doc_path(e.doc_id), e.version) for e in events] == [("acme/board.md", 2)]
 
 
 async def test_unreadable_blob_is_a_fetch_error_and_blocks_deletes(harness: Harness, repo: Repo) -> None:
@@ -234,7 +235,7 @@ async def test_unreadable_blob_is_a_fetch_error_and_blocks_deletes(harness: Harn
     repo.write({"acme/board.md": "# Board minutes\n\nA unique revision 7f3a.\n"})
     repo.git("hash-object", "-w", "acme/board.md")  # the object is back
     _, events = await harness.run()
-    assert sorted((e.doc_id, e.kind) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind) for e in events) == [
         ("acme/board.md", EventKind.UPSERT),
         ("globex/faq.txt", EventKind.DELETE),
     ], "the unreadable page is retried and the delete happens once the listing is complete"
@@ -275,7 +276,7 @@ async def test_subdir_bare_clone_and_url_template(harness: Harness, repo: Repo, 
     bare = tmp_path / "mirror.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo.root), str(bare)], check=True)
     connector = GitWikiConnector(bare, ref="main", subdir="/acme/", url_template="https://wiki.example/{doc_id}")
-    assert connector.name == f"git:{bare.resolve()}:acme"
+    assert (connector.name, connector.location) == ("mirror", f"git:{bare.resolve()}:acme")
     docs = [d async for d in connector.documents()]
     assert connector.errors == []
     assert [(d.doc_id, d.tenant, d.acl) for d in docs] == [
@@ -314,7 +315,8 @@ def test_constructor_rejects_unsafe_arguments(tmp_path: Path) -> None:
         with pytest.raises(ValueError):
             GitWikiConnector(tmp_path, **kwargs)
     path_with_space = GitWikiConnector(tmp_path / "my wiki")
-    assert path_with_space.name == f"git:{(tmp_path / 'my wiki').resolve()}:"
+    assert path_with_space.name == "my-wiki"
+    assert path_with_space.location == f"git:{(tmp_path / 'my wiki').resolve()}:"
 
 
 async def test_a_files_key_matching_no_page_is_an_error_and_locks_its_pages(harness: Harness, repo: Repo) -> None:
@@ -322,7 +324,7 @@ async def test_a_files_key_matching_no_page_is_an_error_and_locks_its_pages(harn
     manifest = 'tenant = "acme"\nread = ["group:staff"]\n[files."Board.md"]\nread = ["group:board"]\n'
     repo.commit({"acme/.ragsync-acl.toml": manifest})
     report, events = await harness.run()
-    assert {e.doc_id for e in events} == {
+    assert {doc_path(e.doc_id) for e in events} == {
         "acme/board.md",
         "acme/policies/refunds.md",
         "acme/hr/salaries.md",

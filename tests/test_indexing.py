@@ -29,7 +29,7 @@ def upsert(
     text: str,
     *,
     acl: tuple[str, ...] = ("group:staff",),
-    doc: str = "p.md",
+    doc: str = "t:p.md",
     effective: datetime | None = None,
 ) -> Event:
     return Event(
@@ -51,7 +51,7 @@ def upsert(
     )
 
 
-def acl(version: int, entries: tuple[str, ...], doc: str = "p.md") -> Event:
+def acl(version: int, entries: tuple[str, ...], doc: str = "t:p.md") -> Event:
     return Event(
         event_id=make_event_id("t", "acme", doc, version, EventKind.ACL),
         kind=EventKind.ACL,
@@ -63,7 +63,7 @@ def acl(version: int, entries: tuple[str, ...], doc: str = "p.md") -> Event:
     )
 
 
-def delete(version: int, doc: str = "p.md") -> Event:
+def delete(version: int, doc: str = "t:p.md") -> Event:
     return Event(
         event_id=make_event_id("t", "acme", doc, version, EventKind.DELETE),
         kind=EventKind.DELETE,
@@ -129,17 +129,17 @@ def test_upsert_that_changes_acl_is_a_revocation_too(parts: dict[str, Any]) -> N
 def test_delete_leaves_tombstone_and_audit(parts: dict[str, Any]) -> None:
     sink, lexical, audit, docs = parts["sink"], parts["lexical"], parts["audit"], parts["docs"]
     sink.apply(upsert(1, "# A\n\nAlpha text here.\n\n# B\n\nBeta text here."))
-    assert lexical.count("acme", "p.md") == 2
+    assert lexical.count("acme", "t:p.md") == 2
     sink.apply(delete(2))
-    assert lexical.count("acme", "p.md") == 0
+    assert lexical.count("acme", "t:p.md") == 0
     assert sink.apply(upsert(1, "Alpha text here.")).outcome is Outcome.STALE, "no resurrection by a late upsert"
     assert sink.apply(delete(2)).outcome is Outcome.STALE
     records = audit.records("acme")
     assert len(records) == 1
     rec = records[0]
-    assert rec.doc_id == "p.md" and rec.passages_removed == 2 and "sqlite-fts5" in rec.removed_at
+    assert rec.doc_id == "t:p.md" and rec.passages_removed == 2 and "sqlite-fts5" in rec.removed_at
     assert rec.received_at <= rec.removed_at["sqlite-fts5"] <= rec.cache_invalidated_at
-    state = docs.get("acme", "p.md")
+    state = docs.get("acme", "t:p.md")
     assert state is not None and state.deleted and state.applied_version == 2
     # A newer version (file re-created) comes back.
     sink.apply(upsert(3, "Alpha text again."))
@@ -169,11 +169,11 @@ def test_effective_date_in_the_future_keeps_current_version(parts: dict[str, Any
 
 def test_worker_dead_letters_bad_records_and_keeps_flowing(parts: dict[str, Any]) -> None:
     log = SqliteEventLog(parts["tmp"] / "events.db")
-    log.publish_raw(TOPIC_DOCUMENTS, "acme/x.md", b"{not json")
+    log.publish_raw(TOPIC_DOCUMENTS, "acme/t:x.md", b"{not json")
     bad = upsert(1, "x").model_dump(mode="json")
     bad["tenant"] = "no spaces allowed"
-    log.publish_raw(TOPIC_DOCUMENTS, "acme/y.md", json.dumps(bad).encode())
-    log.publish_raw(TOPIC_DOCUMENTS, "acme/q.md", acl(2, ("group:x",), doc="q.md").model_dump_json().encode())
+    log.publish_raw(TOPIC_DOCUMENTS, "acme/t:y.md", json.dumps(bad).encode())
+    log.publish_raw(TOPIC_DOCUMENTS, "acme/t:q.md", acl(2, ("group:x",), doc="t:q.md").model_dump_json().encode())
     log.publish(upsert(1, "Valid document about onboarding."))
     worker = EmbeddedWorker(log, parts["sink"])
     stats = worker.drain()
@@ -189,11 +189,11 @@ def test_worker_dead_letters_bad_records_and_keeps_flowing(parts: dict[str, Any]
 
 def test_revocations_overtake_a_document_backlog(parts: dict[str, Any]) -> None:
     log = SqliteEventLog(parts["tmp"] / "events.db")
-    log.publish(upsert(1, "Secret roadmap.", doc="secret.md"))
+    log.publish(upsert(1, "Secret roadmap.", doc="t:secret.md"))
     EmbeddedWorker(log, parts["sink"]).drain()
     for i in range(200):
-        log.publish(upsert(1, f"Filler document {i}.", doc=f"f{i}.md"))
-    log.publish(acl(2, ("group:board",), doc="secret.md"))
+        log.publish(upsert(1, f"Filler document {i}.", doc=f"t:f{i}.md"))
+    log.publish(acl(2, ("group:board",), doc="t:secret.md"))
     order: list[str] = []
     sink = parts["sink"]
     original = sink.apply
@@ -288,18 +288,18 @@ def test_deletes_and_recreations_in_any_arrival_order(parts: dict[str, Any]) -> 
     sink.apply(delete(5))
     assert sink.apply(acl(4, ("group:x",))).outcome is Outcome.STALE
     assert sink.apply(upsert(2, "Printer manual text.")).outcome is Outcome.STALE
-    assert lexical.count("acme", "p.md") == 0
+    assert lexical.count("acme", "t:p.md") == 0
 
 
 def test_staleness_rules() -> None:
     from indexer.ports import DocState
     from indexer.sink import is_stale
 
-    live = DocState("acme", "p.md", applied_version=5, acl=("group:a",), content_version=3, acl_version=5)
+    live = DocState("acme", "t:p.md", applied_version=5, acl=("group:a",), content_version=3, acl_version=5)
     assert is_stale(upsert(3, "x"), live) and not is_stale(upsert(4, "x"), live)
     assert is_stale(acl(5, ("group:b",)), live) and not is_stale(acl(6, ("group:b",)), live)
     assert is_stale(delete(5), live) and not is_stale(delete(6), live)
-    gone = DocState("acme", "p.md", applied_version=7, deleted=True)
+    gone = DocState("acme", "t:p.md", applied_version=7, deleted=True)
     assert is_stale(upsert(7, "x"), gone) and not is_stale(upsert(8, "x"), gone)
     assert is_stale(acl(6, ("group:b",)), gone) and is_stale(delete(7), gone)
     assert not is_stale(upsert(1, "x"), None)
@@ -328,7 +328,9 @@ def test_worker_embeds_a_batch_of_upserts_in_one_call(tmp_path: Path, embedder: 
     )
     log = SqliteEventLog(tmp_path / "events.db")
     for i in range(5):
-        log.publish(upsert(1, f"# Doc {i}\n\nFirst paragraph {i}.\n\n## More\n\nSecond paragraph {i}.", doc=f"d{i}.md"))
+        log.publish(
+            upsert(1, f"# Doc {i}\n\nFirst paragraph {i}.\n\n## More\n\nSecond paragraph {i}.", doc=f"t:d{i}.md")
+        )
     stats = EmbeddedWorker(log, sink, batch_size=32).drain()
     assert stats.applied == 5 and stats.passages_embedded == 10
     assert calls == [10], "one embedding call for the whole batch"

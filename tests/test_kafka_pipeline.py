@@ -118,7 +118,7 @@ def spread_docs(tenant: str, per_partition: int, partitions: int = 3, stem: str 
     by_partition: dict[int, list[str]] = {p: [] for p in range(partitions)}
     i = 0
     while any(len(docs) < per_partition for docs in by_partition.values()):
-        doc = f"{stem}-{i}.md"
+        doc = f"kafka-test:{stem}-{i}.md"
         slot = by_partition[(murmur2(f"{tenant}/{doc}".encode()) & 0x7FFFFFFF) % partitions]
         if len(slot) < per_partition:
             slot.append(doc)
@@ -358,7 +358,10 @@ def test_events_are_applied_in_version_order_across_partitions_and_two_workers(d
 @pytest.mark.timeout(180)
 def test_worker_killed_mid_batch_then_restarted_loses_and_duplicates_nothing(deployment: Deployment) -> None:
     d = deployment
-    events = [upsert(d.tenant, f"k-{i}.md", 1, long_doc(f"k-{i}.md", 1)) for i in range(d.workload.kill_docs)]
+    events = [
+        upsert(d.tenant, f"kafka-test:k-{i}.md", 1, long_doc(f"kafka-test:k-{i}.md", 1))
+        for i in range(d.workload.kill_docs)
+    ]
     expected = {e.doc_id: d.expected_passages(e) for e in events}
     total = sum(expected.values())
     for event in events:
@@ -413,7 +416,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_duplicates_nothing(dep
 def test_invalid_events_go_to_the_dlq_with_their_reason_and_the_rest_is_applied(deployment: Deployment) -> None:
     d = deployment
     d.start_worker()
-    doc = "after-bad.md"
+    doc = "kafka-test:after-bad.md"
     key = f"{d.tenant}/{doc}"
     bad_json = b'{"event_id": "broken\xff'
     schema_invalid = json.dumps(
@@ -482,7 +485,7 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
     d = deployment
     d.start_worker()
     d.wait_for_members(1)
-    secret = "salaries.md"
+    secret = "kafka-test:salaries.md"
     d.log.publish(upsert(d.tenant, secret, 1, "# Salaries\n\nThe salary bands for 2026.", acl=("group:staff",)))
     d.log.flush()
     wait_until(lambda: d.applied_version(secret) == 1, 60, "the document to be indexed", d.logs)
@@ -490,7 +493,7 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
     backlog = d.workload.backlog
     started = time.monotonic()
     for i in range(backlog):
-        d.log.publish(upsert(d.tenant, f"bulk-{i}.md", 1, f"Small document number {i}."))
+        d.log.publish(upsert(d.tenant, f"kafka-test:bulk-{i}.md", 1, f"Small document number {i}."))
     d.log.flush()
     published_backlog_s = time.monotonic() - started
     time.sleep(2.0)  # the harsher case: the worker has fetched the backlog and its document queue is full
@@ -547,7 +550,7 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
 def test_a_large_document_travels_through_the_kafka_log(deployment: Deployment) -> None:
     d = deployment
     content = "# Big\n\n" + ("A long paragraph of a large document. " * 200 + "\n\n") * 800  # ~6 MB
-    event = upsert(d.tenant, "big.md", 1, content)
+    event = upsert(d.tenant, "kafka-test:big.md", 1, content)
     d.log.publish(event)
     d.log.flush()
     got = d.log.poll(TOPIC_DOCUMENTS, unique("big-"), 10, 10.0)
@@ -586,12 +589,12 @@ def test_a_store_error_is_retried_with_backoff_inside_its_agent_while_other_topi
     from streams.faust_app import Indexer
     from streams.ports import Record
 
-    lexical = FlakyLexical(SqliteLexicalIndex(tmp_path / "lexical.db"), "down.md", failures=3)
+    lexical = FlakyLexical(SqliteLexicalIndex(tmp_path / "lexical.db"), "kafka-test:down.md", failures=3)
     docs = SqliteDocStates(tmp_path / "state.db")
     sink = IndexSink(lexical, None, None, docs, SqliteDeletionAudit(tmp_path / "state.db"), InProcessCache())
     indexer = Indexer(sink, backoff_s=0.05)
-    stuck = upsert("acme", "down.md", 1, "# Down\n\nWritten once the store is back.")
-    revocation = acl_event("acme", "other.md", 1, ("group:hr",))
+    stuck = upsert("acme", "kafka-test:down.md", 1, "# Down\n\nWritten once the store is back.")
+    revocation = acl_event("acme", "kafka-test:other.md", 1, ("group:hr",))
 
     def record(topic: str, event: Event) -> Record:
         return Record(topic, 0, 0, event.key, event.model_dump_json().encode())
@@ -601,11 +604,13 @@ def test_a_store_error_is_retried_with_backoff_inside_its_agent_while_other_topi
         await asyncio.sleep(0.02)
         assert await indexer.apply(record(TOPIC_ACL, revocation)) is None
         assert not retrying.done(), "the revocation went through while the upsert was still being retried"
-        assert docs.get("acme", "down.md") is None, "nothing is applied (so nothing acked) before the store is back"
+        assert docs.get("acme", "kafka-test:down.md") is None, (
+            "nothing is applied (so nothing acked) before the store is back"
+        )
         assert await retrying is None
 
     asyncio.run(scenario())
-    assert docs.get("acme", "down.md") is not None and lexical.count("acme", "down.md") == 1
+    assert docs.get("acme", "kafka-test:down.md") is not None and lexical.count("acme", "kafka-test:down.md") == 1
     gaps = [b - a for a, b in zip(lexical.attempts, lexical.attempts[1:], strict=False)]
     assert len(lexical.attempts) == 4 and gaps == sorted(gaps) and gaps[-1] >= 0.15, gaps  # 0.05, 0.1, 0.2 s
 

@@ -235,7 +235,8 @@ def test_openapi_documents_webhook_pushes_from_their_models(tmp_path: Path) -> N
     from ragsync.settings import Settings
     from ragsync.wiring import build
 
-    components = build(Settings(home=tmp_path / "home", session_secret="s" * 32, webhook_secret="hook"))
+    hooks = {"kb": {"secret": "hook-secret-0123456789", "tenants": ["acme"]}}
+    components = build(Settings(home=tmp_path / "home", session_secret="s" * 32, webhooks=hooks))
     try:
         spec = TestClient(server_app(components)).get("/openapi.json").json()
     finally:

@@ -46,7 +46,13 @@ def test_sync_a_git_wiki_then_ask(tmp_path: Path) -> None:
 
 
 def test_serve_accepts_signed_webhook_pushes_and_answers_from_them(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", embed_model_path=None, session_secret="s", webhook_secret="hook")
+    hook = "hook-secret-of-the-crm"
+    settings = Settings(
+        home=tmp_path / "home",
+        embed_model_path=None,
+        session_secret="s",
+        webhooks={"crm": {"secret": hook, "tenants": ["acme"]}},
+    )
     components = build(settings)
     try:
         client = TestClient(server_app(components))
@@ -64,7 +70,7 @@ def test_serve_accepts_signed_webhook_pushes_and_answers_from_them(tmp_path: Pat
         ).encode()
         denied = client.post("/v1/webhooks/crm", content=body, headers={"X-Ragsync-Signature": sign("wrong", body)})
         assert denied.status_code == 401
-        pushed = client.post("/v1/webhooks/crm", content=body, headers={"X-Ragsync-Signature": sign("hook", body)})
+        pushed = client.post("/v1/webhooks/crm", content=body, headers={"X-Ragsync-Signature": sign(hook, body)})
         assert pushed.status_code == 202, pushed.text
         # The embedded worker applies what the push published.
         from streams.embedded_worker import EmbeddedWorker

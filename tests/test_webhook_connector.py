@@ -17,14 +17,19 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from connectors.state import ConnectorState, DocRecord
-from connectors.webhook import SIGNATURE_HEADER, create_webhook_app, sign
+from connectors.webhook import SIGNATURE_HEADER, WebhookSource, create_webhook_app, sign
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS
 from streams.sqlite_log import SqliteEventLog
 
 SECRET = "s3cret-shared-with-the-pusher"
+CRM_SECRET = "another-pusher-s-own-secret"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-SOURCE = "webhook:kb"
+SOURCE = "kb"
+SOURCES = {
+    "kb": WebhookSource(SECRET, frozenset({"acme", "globex"})),
+    "crm": WebhookSource(CRM_SECRET, frozenset({"acme"})),
+}
 
 REFUNDS: dict[str, Any] = {
     "action": "upsert",
@@ -45,7 +50,8 @@ class Hook:
 
     def push(self, body: dict[str, Any] | bytes, *, source: str = "kb", signature: str | None = None) -> Any:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers = {SIGNATURE_HEADER: signature if signature is not None else sign(SECRET, raw)}
+        secret = SOURCES[source].secret if source in SOURCES else SECRET
+        headers = {SIGNATURE_HEADER: signature if signature is not None else sign(secret, raw)}
         return self.client.post(f"/v1/webhooks/{source}", content=raw, headers=headers)
 
     def events(self, topic: str) -> list[Event]:
@@ -77,7 +83,7 @@ def hook(tmp_path: Path) -> Iterator[Hook]:
     with TestClient(server) as client:
         assert client.portal is not None
         state = client.portal.call(ConnectorState, tmp_path / "connectors.db")
-        server.mount("", create_webhook_app(publish, SECRET, state, now=lambda: NOW, max_body_bytes=64 * 1024))
+        server.mount("", create_webhook_app(publish, SOURCES, state, now=lambda: NOW, max_body_bytes=64 * 1024))
         yield Hook(client, log, state, fail_publish)
         client.portal.call(state.close)
     log.close()
@@ -93,11 +99,11 @@ def test_signed_upsert_is_published_to_the_documents_topic_before_202(hook: Hook
     assert response.status_code == 202, response.text
     [event] = hook.events(TOPIC_DOCUMENTS)
     assert response.json() == {"status": "published", "event_id": event.event_id, "version": 1, "kind": "upsert"}
-    assert event.event_id == make_event_id(SOURCE, "acme", "kb/refunds", 1, EventKind.UPSERT)
+    assert event.event_id == make_event_id(SOURCE, "acme", "kb:kb/refunds", 1, EventKind.UPSERT)
     assert (event.kind, event.tenant, event.doc_id, event.version, event.source, event.occurred_at) == (
         EventKind.UPSERT,
         "acme",
-        "kb/refunds",
+        "kb:kb/refunds",  # namespaced by the source in the URL
         1,
         SOURCE,
         NOW,
@@ -206,8 +212,12 @@ def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
     assert hook.push({**REFUNDS, "tenant": "globex"}).json()["version"] == 1
     other = hook.push(REFUNDS, source="crm")
     assert other.status_code == 202
-    assert {e.source for e in hook.events(TOPIC_DOCUMENTS)} == {"webhook:kb", "webhook:crm"}
+    assert {(e.source, e.doc_id) for e in hook.events(TOPIC_DOCUMENTS)} == {
+        ("kb", "kb:kb/refunds"),
+        ("crm", "crm:kb/refunds"),
+    }
     assert hook.push(REFUNDS, source="bad name").status_code == 404
+    assert hook.push(REFUNDS, source="unconfigured").status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -310,8 +320,35 @@ def test_concurrent_pushes_for_one_document_get_distinct_versions(hook: Hook) ->
     assert sorted(e.version for e in hook.events(TOPIC_DOCUMENTS)) == [1, 2]
 
 
-def test_empty_secret_is_refused(tmp_path: Path) -> None:
-    state = ConnectorState(tmp_path / "c.db")
+def test_empty_or_short_secret_and_no_tenant_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="secret"):
-        create_webhook_app(lambda e: None, "", state)
+        WebhookSource("", frozenset({"acme"}))
+    with pytest.raises(ValueError, match="secret"):
+        WebhookSource("short", frozenset({"acme"}))
+    with pytest.raises(ValueError, match="tenant"):
+        WebhookSource(SECRET, frozenset())
+    state = ConnectorState(tmp_path / "c.db")
+    with pytest.raises(ValueError, match="no webhook source"):
+        create_webhook_app(lambda e: None, {}, state)
+    with pytest.raises(ValueError, match="invalid webhook source name"):
+        create_webhook_app(lambda e: None, {"Bad Name": SOURCES["kb"]}, state)
     state.close()
+
+
+def test_each_source_signs_with_its_own_secret_for_its_own_tenants(hook: Hook) -> None:
+    raw = json.dumps(REFUNDS).encode()
+    stolen = hook.push(raw, source="crm", signature=sign(SECRET, raw))
+    assert stolen.status_code == 401, "kb's secret signs nothing for crm"
+    other_tenant = hook.push({**REFUNDS, "tenant": "globex"}, source="crm")
+    assert other_tenant.status_code == 403 and "may not push for tenant 'globex'" in other_tenant.json()["error"]
+    assert hook.all_events() == []
+
+
+def test_a_pushed_doc_id_never_leaves_the_source_namespace(hook: Hook) -> None:
+    for doc_id in ("drive:acme/hr/salaries.md", "acme/hr/salaries.md", "crm:kb/refunds"):
+        assert hook.push({**REFUNDS, "doc_id": doc_id}).status_code == 202
+    assert sorted(e.doc_id for e in hook.events(TOPIC_DOCUMENTS)) == [
+        "kb:acme/hr/salaries.md",
+        "kb:crm:kb/refunds",
+        "kb:drive:acme/hr/salaries.md",
+    ]

@@ -32,6 +32,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MANUAL = Path("/usr/share/doc/python3.11/html")
+SOURCE = "corpus"
+"""The corpus is synced with `--source corpus`: gold doc IDs are `corpus:<path in the corpus>`."""
+
+
+def corpus_path(doc_id: str) -> str:
+    """The corpus path of a gold doc ID (`corpus:pydocs/library/json.html` -> `pydocs/library/json.html`)."""
+    return doc_id.removeprefix(f"{SOURCE}:")
+
+
 DEBIAN_PACKAGE = "python3.11-doc"
 
 _LIBRARY_FULL = [
@@ -114,7 +123,7 @@ def build(variant: str, out: Path, manual: Path = MANUAL, questions: Path = HERE
                 dst.write(line)
                 continue
             item = json.loads(text)
-            if all(g["doc_id"] in wanted for g in item.get("gold", [])):
+            if all(corpus_path(g["doc_id"]) in wanted for g in item.get("gold", [])):
                 dst.write(line)
                 kept += 1
     return {"pages": len(wanted), "bytes": sum(p.stat().st_size for p in wanted.values()), "questions": kept}

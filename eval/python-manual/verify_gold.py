@@ -91,7 +91,7 @@ def verify(questions: Path, corpus: Path, check_passages: bool = False) -> tuple
         for gold in item.get("gold", []):
             doc_id, quote = gold["doc_id"], normalize(gold["quote"])
             where = f"{questions.name}:{number} {item['id']}: {doc_id}"
-            path = corpus / doc_id
+            path = corpus / doc_id.removeprefix("corpus:")  # the source name the corpus is synced with
             if not path.is_file():
                 failures.append(f"{where}: no such document under {corpus}")
                 continue

@@ -13,6 +13,14 @@ from rich.table import Table
 
 from ragsync.commands.common import output_console, settings_of
 from ragsync.wiring import build
+from schemas.events import doc_path, split_doc_id
+
+
+def source_of(doc_id: str) -> str | None:
+    try:
+        return split_doc_id(doc_id)[0]
+    except ValueError:
+        return None
 
 
 @click.group()
@@ -41,6 +49,8 @@ def audit_deletions(ctx: click.Context, tenant: str | None, as_json: bool) -> No
             "event_id": r.event_id,
             "tenant": r.tenant,
             "doc_id": r.doc_id,
+            "source": source_of(r.doc_id),
+            "path": doc_path(r.doc_id),
             "version": r.version,
             "received_at": r.received_at.isoformat(),
             "removed_at": {k: v.isoformat() for k, v in r.removed_at.items()},
@@ -53,12 +63,13 @@ def audit_deletions(ctx: click.Context, tenant: str | None, as_json: bool) -> No
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("tenant", "doc", "v", "received", "stores", "cache invalidated", "passages")
+    table = Table("tenant", "source", "path", "v", "received", "stores", "cache invalidated", "passages")
     for r in records:
         stores = ", ".join(f"{k} +{(v - r.received_at).total_seconds() * 1000:.0f}ms" for k, v in r.removed_at.items())
         table.add_row(
             r.tenant,
-            r.doc_id,
+            source_of(r.doc_id) or "",
+            doc_path(r.doc_id),
             str(r.version),
             r.received_at.isoformat(timespec="milliseconds"),
             stores,

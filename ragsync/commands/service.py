@@ -50,8 +50,9 @@ def worker(ctx: click.Context, poll_s: float) -> None:
 @click.option("--ssl-keyfile", default=None, help="The certificate's private key (PEM).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ssl_keyfile: str | None) -> None:
-    """Serve POST /v1/ask (Bearer session token), /healthz, /readyz, /openapi.json and /docs and, with
-    RAGSYNC_WEBHOOK_SECRET set, POST /v1/webhooks/{source} for document pushes (HMAC-SHA256 signed).
+    """Serve POST /v1/ask (Bearer session token), /healthz, /readyz, /openapi.json and /docs and, for each
+    source in `[webhooks.<source>]` (its own secret and tenants), POST /v1/webhooks/{source} for document
+    pushes (HMAC-SHA256 signed).
 
     Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
     (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
@@ -62,6 +63,7 @@ def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ss
     """
     import logging
 
+    from connectors.state import HomeFormatError, SourceConflict
     from ragsync.server import run_server
     from ragsync.settings import SettingsError
 
@@ -76,6 +78,8 @@ def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ss
         for problem in exc.problems:
             error(problem)
         sys.exit(EXIT_USAGE)
+    except (SourceConflict, HomeFormatError) as exc:  # a webhook source named like another source
+        fail(str(exc), EXIT_USAGE)
     finally:
         components.close()
 

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ragsync.commands.common import EXIT_PARTIAL, note, settings_of, warn
+from ragsync.commands.common import EXIT_PARTIAL, EXIT_USAGE, fail, note, settings_of, warn
 from ragsync.wiring import build
 
 
@@ -25,6 +25,12 @@ from ragsync.wiring import build
     help="Where users open the files: source_url = URL_BASE/<path> (default: the root manifest's url_base, "
     "else the path relative to PATH).",
 )
+@click.option(
+    "--source",
+    "source_name",
+    default=None,
+    help="Source name: the namespace of this source's doc IDs (<source>:<path>). Default: from the folder's name.",
+)
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -36,6 +42,7 @@ def sync(
     ref: str,
     subdir: str,
     url_base: str | None,
+    source_name: str | None,
     force: bool,
     no_apply: bool,
     as_json: bool,
@@ -44,7 +51,8 @@ def sync(
 
     Emits an upsert per new or changed document, an ACL event per permission change and a delete per
     removed file (only after a scan with no read errors). In the cluster profile the events go to
-    Kafka and `ragsync worker` applies them.
+    Kafka and `ragsync worker` applies them. Documents are known as <source>:<path>; a source name
+    stays bound to its folder or repository, so a second source must be given another --source.
 
     \b
     Exit status: 0 synced; 3 synced, but some documents could not be read (listed; nothing
@@ -53,14 +61,18 @@ def sync(
     from connectors.base import SourceConnector
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
+    from connectors.state import HomeFormatError, SourceConflict
     from ragsync.pipeline import sync_source
 
     settings = settings_of(ctx)
-    connector: SourceConnector = (
-        GitWikiConnector(path, ref=ref, subdir=subdir)
-        if is_git
-        else DriveConnector(path, refuse=[settings.home], url_base=url_base)
-    )
+    try:
+        connector: SourceConnector = (
+            GitWikiConnector(path, ref=ref, subdir=subdir, name=source_name)
+            if is_git
+            else DriveConnector(path, source_name, refuse=[settings.home], url_base=url_base)
+        )
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
     apply = not no_apply and settings.profile == "embedded"
     components = build(settings)
     console = Console(stderr=True)
@@ -76,15 +88,19 @@ def sync(
         ) as bar:
             scan_task = bar.add_task("scanning", total=None)
             apply_task = bar.add_task("indexing", total=None, visible=False)
-            report = sync_source(
-                components,
-                connector,
-                force=force,
-                apply=apply,
-                on_scan=lambda n: bar.advance(scan_task, n),
-                on_apply=lambda n: bar.advance(apply_task, n),
-                on_backlog=lambda n: bar.update(apply_task, total=n, visible=True),
-            )
+            try:
+                report = sync_source(
+                    components,
+                    connector,
+                    force=force,
+                    apply=apply,
+                    on_scan=lambda n: bar.advance(scan_task, n),
+                    on_apply=lambda n: bar.advance(apply_task, n),
+                    on_backlog=lambda n: bar.update(apply_task, total=n, visible=True),
+                )
+            except (SourceConflict, HomeFormatError) as exc:
+                bar.stop()
+                fail(str(exc), EXIT_USAGE)
         dense = "embedder" in components.opened() and components.embedder is not None
     finally:
         components.close()

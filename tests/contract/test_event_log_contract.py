@@ -37,13 +37,13 @@ def poll_all(log: Any, topic: str, group: str, want: int, timeout_s: float = 20)
 
 def test_routes_by_kind_and_keeps_doc_order(event_log: Any) -> None:
     for v in range(1, 6):
-        event_log.publish(upsert("a.md", v))
+        event_log.publish(upsert("test:a.md", v))
     event_log.publish(
         Event(
             event_id="acl-event-1",
             kind=EventKind.ACL,
             tenant="acme",
-            doc_id="a.md",
+            doc_id="test:a.md",
             version=6,
             source="test",
             payload=AclPayload(acl=("group:x",)),
@@ -54,7 +54,7 @@ def test_routes_by_kind_and_keeps_doc_order(event_log: Any) -> None:
             event_id="del-event-1",
             kind=EventKind.DELETE,
             tenant="acme",
-            doc_id="a.md",
+            doc_id="test:a.md",
             version=7,
             source="test",
             payload=DeletePayload(),
@@ -63,14 +63,14 @@ def test_routes_by_kind_and_keeps_doc_order(event_log: Any) -> None:
     event_log.flush()
     docs = poll_all(event_log, TOPIC_DOCUMENTS, "g1", 5)
     assert [Event.model_validate_json(r.value).version for r in docs] == [1, 2, 3, 4, 5]
-    assert all(r.key == "acme/a.md" for r in docs)
+    assert all(r.key == "acme/test:a.md" for r in docs)
     assert len(poll_all(event_log, TOPIC_ACL, "g1", 1)) == 1
     assert len(poll_all(event_log, TOPIC_DELETIONS, "g1", 1)) == 1
 
 
 def test_uncommitted_records_are_redelivered(event_log: Any) -> None:
     for v in range(1, 4):
-        event_log.publish(upsert(f"d{v}.md", 1))
+        event_log.publish(upsert(f"test:d{v}.md", 1))
     event_log.flush()
     first = poll_all(event_log, TOPIC_DOCUMENTS, "g2", 3)
     assert len(first) == 3
@@ -86,7 +86,7 @@ def test_uncommitted_records_are_redelivered(event_log: Any) -> None:
 
 def test_groups_are_independent_and_lag_counts(event_log: Any) -> None:
     for v in range(1, 5):
-        event_log.publish(upsert("x.md", v))
+        event_log.publish(upsert("test:x.md", v))
     event_log.flush()
     assert event_log.lag(TOPIC_DOCUMENTS, "ga") == 4
     got = poll_all(event_log, TOPIC_DOCUMENTS, "ga", 4)
