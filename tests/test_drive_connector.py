@@ -246,7 +246,7 @@ async def test_symlinks_are_skipped_and_reported_and_a_replaced_file_is_deleted(
     (drive / "acme/policies/missing.md").symlink_to(drive / "nowhere.md")
     (drive / "acme/folder.md").mkdir()  # a folder with a document-like name is just a folder
     report, events = await harness.run()
-    assert [(e.doc_id, e.kind) for e in events] == [("acme/policies/refunds.md", EventKind.DELETE)]
+    assert [(doc_path(e.doc_id), e.kind) for e in events] == [("acme/policies/refunds.md", EventKind.DELETE)]
     assert report.errors == [] and not report.deletes_skipped
     assert [str(s) for s in report.skipped] == [
         "acme/policies/image.png: unsupported type",
@@ -261,7 +261,7 @@ async def test_invalid_manifest_is_reported_by_name_and_blocks_its_files(harness
     manifest.write_text('read = ["group:hr", "staff"]\n')
     (drive / "acme/hr/new.md").write_text("# New\n")
     report, events = await harness.run()
-    assert sorted((e.doc_id, e.kind, e.payload) for e in events) == [
+    assert sorted((doc_path(e.doc_id), e.kind, e.payload) for e in events) == [
         ("acme/hr/notes.txt", EventKind.ACL, AclPayload(acl=())),
         ("acme/hr/salaries.md", EventKind.ACL, AclPayload(acl=())),
     ], "what it governs is readable by nobody (never the old ACL); new.md is not emitted; nothing deleted"
@@ -595,9 +595,9 @@ async def test_renaming_a_restricted_file_locks_it_instead_of_opening_it(harness
     await harness.run()
     (drive / "acme/board.md").rename(drive / "acme/board-2026.md")
     report, events = await harness.run()
-    assert "acme/board-2026.md" not in {e.doc_id for e in events if e.kind is EventKind.UPSERT}
+    assert "acme/board-2026.md" not in {doc_path(e.doc_id) for e in events if e.kind is EventKind.UPSERT}
     assert all(e.payload == AclPayload(acl=()) for e in events if e.kind is EventKind.ACL)
-    assert {e.doc_id for e in events} >= {"acme/handbook/onboarding.html", "acme/policies/refunds.md"}
+    assert {doc_path(e.doc_id) for e in events} >= {"acme/handbook/onboarding.html", "acme/policies/refunds.md"}
     assert report.deletes_skipped and "'board.md' matches no document" in report.errors[0]
 
 
@@ -618,7 +618,7 @@ async def test_names_are_compared_in_nfc_and_globs_match_per_segment(harness: Ha
     )
     report, events = await harness.run()
     assert report.errors == []
-    acl = {e.doc_id: upsert(e).acl for e in events}
+    acl = {doc_path(e.doc_id): upsert(e).acl for e in events}
     assert acl[f"acme/hr/{nfd}"] == ("user:ann",)
     assert acl["acme/hr/notes.txt"] == ("user:ceo",), "a glob"
     assert acl["acme/hr/old/x.md"] == ("group:hr",), "* never crosses a folder"

@@ -246,7 +246,7 @@ async def test_broken_manifest_is_reported_by_name_and_blocks_its_pages(harness:
     repo.git("rm", "-q", "acme/hr/salaries.md")
     repo.commit({"acme/hr/.ragsync-acl.toml": 'reads = ["group:hr"]\n', "acme/hr/new.md": "# New\n"}, "typo")
     report, events = await harness.run()
-    assert [(e.doc_id, e.kind, e.payload) for e in events] == [
+    assert [(doc_path(e.doc_id), e.kind, e.payload) for e in events] == [
         ("acme/hr/handbook.html", EventKind.ACL, AclPayload(acl=())),
         ("acme/hr/salaries.md", EventKind.ACL, AclPayload(acl=())),  # removed, not deleted yet: locked too
     ], "what it governs is readable by nobody (never the old ACL); new.md is not emitted; nothing deleted"
