@@ -20,6 +20,7 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
+from connectors.decoding import BinaryContent, decode_text
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id, qualify_doc_id
@@ -48,6 +49,7 @@ class ScanReport:
     deletes_skipped: bool = False
     locked: int = 0  # ACL events that made documents under a broken manifest readable by nobody
     skipped: list[Skipped] = field(default_factory=list)  # files seen and not indexed, with why
+    decoded: list[str] = field(default_factory=list)  # documents that were not UTF-8, with the encoding used
 
 
 def build_event(
@@ -148,7 +150,14 @@ async def scan(
                 raise _ContentError(f"cannot read: {exc}") from exc
             content_hash = hashlib.sha256(data).hexdigest()
             if record_live is None or force or record_live.content_hash != content_hash:
-                payload = upsert_payload(doc, data, content_hash, acl)
+                try:
+                    text, encoding = decode_text(data)
+                except BinaryContent as exc:
+                    report.skipped.append(Skipped(doc.doc_id, "binary", str(exc)))
+                    raise
+                if encoding is not None:
+                    report.decoded.append(f"{doc.doc_id}: decoded as {encoding}")
+                payload = upsert_payload(doc, data, content_hash, acl, text=text)
                 event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, payload, now())
         except Exception as exc:
             # One document's bad content (an unreadable file, an impossible date, a parser bug) is
@@ -182,7 +191,7 @@ async def scan(
             )
 
     report.errors = [*connector.errors, *own_errors]
-    report.skipped = connector.skipped
+    report.skipped = [*connector.skipped, *report.skipped]
     if connector.errors or fetch_failed:
         report.deletes_skipped = True
         # Deletes wait for a complete listing, but a document gone from under a broken manifest
@@ -203,9 +212,16 @@ async def _no_fetch() -> bytes:
     raise RuntimeError("a locked document is never read")
 
 
-def upsert_payload(doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...]) -> UpsertPayload:
-    """The upsert for fetched content; shared with push sources (connectors.webhook) so both read metadata alike."""
-    text = data.decode("utf-8", errors="replace")
+def upsert_payload(
+    doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...], *, text: str | None = None
+) -> UpsertPayload:
+    """The upsert for fetched content; shared with push sources (connectors.webhook) so both read metadata alike.
+
+    `text` is `data` already decoded; otherwise it is decoded here (connectors.decoding: never with
+    replacement characters; BinaryContent, a ValueError, for bytes that are not text).
+    """
+    if text is None:
+        text, _ = decode_text(data)
     meta = content_metadata(doc.content_type, text)  # ValueError on a bad effective date
     return UpsertPayload(
         title=meta.title or doc.title,

@@ -47,3 +47,28 @@ def test_files_not_indexed_are_listed_with_their_reason(tmp_path: Path) -> None:
     assert "not indexed: link.md: symlink (links are never followed)" in out.output
     assert "not indexed: logo.png: unsupported type" in out.output
     assert "upserts=1" in out.output and "skipped=2" in out.output
+
+
+def test_a_latin1_file_is_answered_with_its_accented_words_and_binary_is_reported(tmp_path: Path) -> None:
+    import os
+
+    from query.tokens import issue_token
+    from schemas.principal import Principal
+
+    root = drive(tmp_path / "d")
+    menu = "Desserts\n\nThe dessert of the day is a crème brûlée with café glacé, served after lunch.\n"
+    (root / "menu.txt").write_bytes(menu.encode("latin-1"))
+    (root / "binary.md").write_bytes(os.urandom(300).replace(b"\n", b"\x00"))
+    home = tmp_path / "home"
+    runner = CliRunner()
+    out = runner.invoke(main, ["sync", str(root), "--json"], env=env(home))
+    report = json.loads(out.stdout)
+    assert report["upserts"] == 2, out.output  # a.md and menu.txt; binary.md is not an upsert
+    assert report["decoded"] == ["menu.txt: decoded as cp1252"]
+    assert [s["path"] for s in report["skipped"] if s["reason"] == "binary"] == ["binary.md"]
+    assert any(e.startswith("binary.md: binary content") for e in report["errors"]) and out.exit_code == 3
+    token = issue_token("s", Principal(tenant="acme", user="ann", groups=("staff",)))
+    ask = runner.invoke(main, ["ask", "What is the dessert of the day?", "--token", token, "--json"], env=env(home))
+    answer = json.loads(ask.stdout)
+    assert answer["answered"], ask.output
+    assert "crème brûlée" in answer["answer"] and "\ufffd" not in answer["answer"]

@@ -112,6 +112,7 @@ def sync(
         "errors": report.scan.errors,
         "skipped": [{"path": s.path, "reason": s.reason, "detail": s.detail} for s in report.scan.skipped],
         "locked": report.scan.locked,
+        "decoded": report.scan.decoded,
         "deletes_skipped": report.scan.deletes_skipped,
         "reindexed": report.reindexed,
         "dense": dense,
@@ -132,9 +133,11 @@ def sync(
             note(f"read error: {problem}")
         for skipped in report.scan.skipped:
             note(f"not indexed: {skipped}")
+        for decoded in report.scan.decoded:
+            note(f"not UTF-8: {decoded}")
         if report.scan.deletes_skipped:
             warn("deletions skipped: the scan had read errors, nothing was removed")
-        counts = {k: len(v) if k == "skipped" else v for k, v in summary.items() if k != "errors"}
+        counts = {k: len(v) if k in ("skipped", "decoded") else v for k, v in summary.items() if k != "errors"}
         click.echo(" ".join(f"{k}={v}" for k, v in counts.items()))
     if report.scan.errors:
         ctx.exit(EXIT_PARTIAL)
