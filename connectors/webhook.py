@@ -1,7 +1,8 @@
 """Webhook pushes as a source: an external system POSTs each document change as it happens.
 
     POST /v1/webhooks/{source}
-    X-Ragsync-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed with that source's own secret>
+    X-Ragsync-Timestamp: <unix seconds when the pusher signed it>
+    X-Ragsync-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>." + the raw body, keyed with that source's secret>
 
     {"action": "upsert", "tenant": "acme", "doc_id": "kb/refunds", "content": "# Refunds ...",
      "content_type": "markdown", "acl": ["group:staff"], "title": "Refunds",
@@ -19,18 +20,24 @@ Contract with the pusher:
   The answer is sent only after `publish` returned, and the state row is written only after that,
   so a crash in between makes the retry re-publish the same version and event ID (deduplicated
   downstream), never skip it.
-- 200 `{"status": "unchanged", ...}`: the push equals what is already published (a retry after a
-  lost answer, a duplicate delivery); nothing is published.
+- 200 `{"status": "unchanged", ...}`: a newer push (higher sequence) whose content equals what is
+  already published; nothing is published, the sequence high-water mark moves.
 - 503: the event log refused the event; nothing changed, retry later.
-- 401 bad signature, 422 invalid body (strict: unknown fields such as "groups" are rejected rather
-  than ignored, because an ignored ACL field would publish a document readable by the wrong people),
-  404 an ACL change for a document this source never published, 409 a stale push (below), 413 too big.
+- 401 bad signature or timestamp, 403 a tenant this source may not push for, 422 invalid body
+  (strict: unknown fields such as "groups" are rejected rather than ignored, because an ignored ACL
+  field would publish a document readable by the wrong people), 404 an unknown source or an ACL
+  change for a document this source never published, 409 a replay or a stale push (below), 413 too big.
 
-Delivery order: webhook senders retry, so a push can arrive after a newer one. The optional
-`sequence` (any number the source increases with every change of the document, e.g. a revision id)
-makes that harmless: a change whose sequence is not above the last applied one is refused with 409
-instead of reverting the document (or resurrecting a deleted one). Pushes without `sequence` are
-applied in arrival order. The last applied sequence is kept in the state row's `fingerprint`.
+Replays and delivery order: a captured push must never be able to undo a later one (replaying an
+old signed upsert after an ACL push would publish the old readers again). Two rules close it:
+- the signature covers a timestamp, and a push signed outside ±`max_skew_s` (5 min by default) of
+  the server's clock is refused (409, status "replay"): a captured body is useless after that;
+- `sequence` is required: any number the source increases with every change of the document (a
+  revision id, a counter). A push whose sequence is not above the last one accepted for the
+  document is refused (409, status "stale"), whether it is a replay inside the window, a retry that
+  arrives after a newer push, or an old upsert after a delete. Refused pushes are never published.
+The last accepted sequence is kept in the state row's `fingerprint`, written only after publishing,
+so a retry after a 503 (nothing published) is accepted.
 
 Identity: the pushed `doc_id` is a path inside the source's own namespace; the event and every
 store carry `<source>:<doc_id>`, so a pusher can never name, let alone re-ACL, a drive's or another
@@ -39,8 +46,9 @@ the tenants it may push for (settings `[webhooks.<source>]`); a source that is n
 not exist (404), and its name is bound to the webhook in connector state, so a drive cannot take
 the same namespace.
 
-Security: the signature covers the body, not the URL, but it is checked with the secret of the
-source named in the URL, so one pusher's secret signs nothing for another. Serve it over TLS.
+Security: the signature covers the timestamp and the body, not the URL, but it is checked with the
+secret of the source named in the URL, so one pusher's secret signs nothing for another. Serve it
+over TLS.
 
 Threading: `state` is only used on the event loop's thread, because ConnectorState's SQLite
 connection belongs to the thread that opened it. Open it on the thread that runs the server
@@ -89,6 +97,9 @@ from schemas.instants import instant_validator
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Ragsync-Signature"
+TIMESTAMP_HEADER = "X-Ragsync-Timestamp"
+MAX_SKEW_S = 300.0
+"""How far a push's signed timestamp may be from the server's clock, either way."""
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Keeps the resulting event under the Kafka log's 10 MiB message limit."""
 MIN_SECRET_CHARS = 16
@@ -121,7 +132,7 @@ class _Push(BaseModel):
 
     tenant: str = Field(pattern=TENANT_PATTERN)
     doc_id: Identifier
-    sequence: int | None = Field(default=None, ge=0)
+    sequence: int = Field(ge=0)  # required: strictly increasing per document (see the module docstring)
 
 
 class UpsertPush(_Push):
@@ -148,16 +159,27 @@ Push = Annotated[UpsertPush | AclPush | DeletePush, Field(discriminator="action"
 _PUSH: TypeAdapter[UpsertPush | AclPush | DeletePush] = TypeAdapter(Push)
 
 
-def sign(secret: str, body: bytes) -> str:
-    """The header value a pusher sends: `sha256=<hex HMAC-SHA256 of the raw body>`."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def sign(secret: str, body: bytes, timestamp: int) -> str:
+    """The X-Ragsync-Signature a pusher sends with `X-Ragsync-Timestamp: <timestamp>`:
+    `sha256=<hex HMAC-SHA256 of "<timestamp>." + the raw body>`."""
+    return "sha256=" + hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
 
 
-def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
-    """Constant-time check of the header against the body, so timing reveals nothing of the digest."""
+def signed_headers(secret: str, body: bytes, timestamp: int) -> dict[str, str]:
+    """Both headers of a push signed at `timestamp` (unix seconds): what a pusher (or a test) sends."""
+    return {TIMESTAMP_HEADER: str(timestamp), SIGNATURE_HEADER: sign(secret, body, timestamp)}
+
+
+def parse_timestamp(header: str | None) -> int | None:
+    text = (header or "").strip()
+    return int(text) if text.isdigit() and len(text) <= 12 else None
+
+
+def signature_ok(secret: str, body: bytes, header: str | None, timestamp: int) -> bool:
+    """Constant-time check of the header against timestamp and body, so timing reveals nothing of the digest."""
     if not header:
         return False
-    expected = sign(secret, body).encode()
+    expected = sign(secret, body, timestamp).encode()
     given = header.strip()
     scheme, _, digest = given.partition("=")
     return hmac.compare_digest(expected, f"{scheme.lower()}={digest.lower()}".encode("utf-8", "replace"))
@@ -203,6 +225,7 @@ def create_webhook_app(
     *,
     now: Callable[[], datetime] = utcnow,
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_skew_s: float = MAX_SKEW_S,
 ) -> Starlette:
     """`POST /v1/webhooks/{source}` as an app of its own, to run alone or be mounted into another.
 
@@ -226,8 +249,20 @@ def create_webhook_app(
         body = await _read_body(request, max_body_bytes)
         if body is None:
             return _error(413, f"body larger than {max_body_bytes} bytes")
-        if not signature_ok(config.secret, body, request.headers.get(SIGNATURE_HEADER)):
-            return _error(401, f"missing or invalid {SIGNATURE_HEADER} (expected sha256=<hex HMAC of the body>)")
+        signed_at = parse_timestamp(request.headers.get(TIMESTAMP_HEADER))
+        if signed_at is None:
+            return _error(401, f"missing or invalid {TIMESTAMP_HEADER} (expected unix seconds)")
+        if not signature_ok(config.secret, body, request.headers.get(SIGNATURE_HEADER), signed_at):
+            return _error(
+                401, f"missing or invalid {SIGNATURE_HEADER} (expected sha256=<hex HMAC of '<timestamp>.' + the body>)"
+            )
+        skew = now().timestamp() - signed_at
+        if abs(skew) > max_skew_s:
+            return _error(
+                409,
+                f"replayed or mis-timed push: signed {skew:+.0f} s from now, outside ±{max_skew_s:g} s",
+                status="replay",
+            )
         try:
             push = _PUSH.validate_json(body)
         except ValidationError as exc:
@@ -302,7 +337,14 @@ def _plan(source: str, push: UpsertPush | AclPush | DeletePush, record: DocRecor
     live = record if record is not None and not record.deleted else None
     version = (record.version if record is not None else 0) + 1
     applied_seq = int(record.fingerprint) if record is not None and record.fingerprint.isdigit() else None
-    seq = str(push.sequence) if push.sequence is not None else (record.fingerprint if record is not None else "")
+    if applied_seq is not None and push.sequence <= applied_seq:  # first: a replay is never "unchanged"
+        raise _Refused(
+            409,
+            f"stale push: sequence {push.sequence} is not above {applied_seq}, already accepted for this document",
+            status="stale",
+            version=record.version if record is not None else None,
+        )
+    seq = str(push.sequence)
     payload: UpsertPayload | AclPayload | DeletePayload
 
     if isinstance(push, UpsertPush):
@@ -344,19 +386,12 @@ def _plan(source: str, push: UpsertPush | AclPush | DeletePush, record: DocRecor
         row = replace(live, version=version, deleted=True, fingerprint=seq)
         payload = DeletePayload(reason=push.reason)
 
-    if push.sequence is not None and applied_seq is not None and push.sequence <= applied_seq:
-        raise _Refused(
-            409,
-            f"stale push: sequence {push.sequence} is not above {applied_seq}, already applied for this document",
-            status="stale",
-            version=record.version if record is not None else None,
-        )
     return _Publish(build_event(source, push.tenant, push.doc_id, version, payload, at), row)
 
 
 def _unchanged(push: _Push, record: DocRecord | None, applied_seq: int | None) -> _Plan:
     """A no-op; a higher sequence still moves the high-water mark so older deliveries stay refused."""
-    if record is not None and push.sequence is not None and (applied_seq is None or push.sequence > applied_seq):
+    if record is not None and (applied_seq is None or push.sequence > applied_seq):
         return _Unchanged(replace(record, fingerprint=str(push.sequence)))
     return _Unchanged()
 

@@ -23,6 +23,7 @@ from indexer.ports import (
     StoreUnavailable,
     VectorIndex,
 )
+from ragsync.home import secure_home
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedder, field_weights
 from streams.ports import EventLog
@@ -47,7 +48,7 @@ def qdrant_target(settings: Settings) -> str | Path:
 class ClusterAdapters:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        settings.home.mkdir(parents=True, exist_ok=True)
+        secure_home(settings.home)  # 0700, and every file created in it 0600
 
     def events(self) -> EventLog:
         from streams.kafka_log import KafkaEventLog

@@ -219,7 +219,8 @@ def server_app(
         state = ConnectorState(settings.home / "connectors.db")
         components.closers.append(state)
         sources = {name: WebhookSource(h.secret, frozenset(h.tenants)) for name, h in settings.webhooks.items()}
-        app.mount("", create_webhook_app(publish_durably(components.events), sources, state))
+        publish = publish_durably(components.events)
+        app.mount("", create_webhook_app(publish, sources, state, max_skew_s=settings.webhook_max_skew_s))
         _document_webhooks(app)
     return app
 
@@ -231,7 +232,7 @@ def _document_webhooks(app: FastAPI) -> None:
     """
     from pydantic import TypeAdapter
 
-    from connectors.webhook import SIGNATURE_HEADER, Push
+    from connectors.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, Push
 
     generate = app.openapi
 
@@ -249,6 +250,7 @@ def _document_webhooks(app: FastAPI) -> None:
                 "(see connectors/webhook.py for the contract, including ordering and replays).",
                 "parameters": [
                     {"name": "source", "in": "path", "required": True, "schema": {"type": "string"}},
+                    {"name": TIMESTAMP_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
                     {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
                 ],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": push}}},
@@ -367,7 +369,7 @@ def run_server(
     else:
         announce("ragsync serve: operator metrics off (metrics_port unset)")
     for name in settings.webhooks:
-        announce(f"ragsync serve: webhook pushes at POST {api_url}/v1/webhooks/{name} (X-Ragsync-Signature)")
+        announce(f"ragsync serve: webhook pushes at POST {api_url}/v1/webhooks/{name} (signed, timestamped)")
     metrics_server: Any = None
     if metrics is not None:
         _, metrics_server = _serve_in_thread(metrics_app(registry, settings.metrics_token), metrics)

@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     legacy_tokens_until: Instant | None = None  # read the pre-JWT token format until then
     webhooks: dict[str, WebhookSourceSettings] = {}
     """Webhook sources by name; env RAGSYNC_WEBHOOKS='{"kb": {"secret": "...", "tenants": ["acme"]}}'."""
+    webhook_max_skew_s: float = Field(default=300.0, gt=0, le=3600)
+    """A push signed further than this from the server's clock (either way) is refused as a replay."""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
@@ -165,14 +167,9 @@ class Settings(BaseSettings):
         """The session secret; the embedded profile makes one per home so tokens survive restarts."""
         if self.session_secret:
             return self.session_secret
-        path = self.home / "session.secret"
-        if not path.exists():
-            import secrets
+        from ragsync.home import read_or_create_secret
 
-            self.home.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32))
-            path.chmod(0o600)
-        return path.read_text().strip()
+        return read_or_create_secret(self.home / "session.secret")
 
 
 def config_file() -> tuple[Path, bool]:

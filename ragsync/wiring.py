@@ -35,6 +35,7 @@ from query.ports import Model, Reranker
 from query.retrieval import RetrievalSettings, Retriever
 from query.tokens import TokenRules, TokenSigner, TokenVerifier, load_jwks
 from query.worker import QueryWorker, WorkerSettings
+from ragsync.home import secure_home
 from ragsync.settings import Settings
 from streams.ports import EventLog
 
@@ -197,7 +198,7 @@ class EmbeddedAdapters:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.home = settings.home
-        self.home.mkdir(parents=True, exist_ok=True)
+        secure_home(self.home)  # 0700, and every file the stores create in it 0600
 
     def events(self) -> EventLog:
         from streams.sqlite_log import SqliteEventLog

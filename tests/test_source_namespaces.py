@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from connectors.state import ConnectorState, SourceConflict
-from connectors.webhook import SIGNATURE_HEADER, sign
+from connectors.webhook import signed_headers
 from query.tokens import issue_token
 from ragsync.cli import main
 from ragsync.demo import build_drive
@@ -57,13 +58,11 @@ def test_a_pusher_cannot_re_acl_a_drive_document(tmp_path: Path) -> None:
         client = TestClient(server_app(components))
         # The attack of the issue: the drive's path, and the drive's full ID, pushed twice, readable by staff.
         for doc_id in ("acme/hr/salaries.md", "drive:acme/hr/salaries.md"):
-            for content in ("# Salary bands\n\nPushed copy.\n", "# Salary bands\n\nPushed again.\n"):
-                body = json.dumps(
-                    {"action": "upsert", "tenant": "acme", "doc_id": doc_id, "content": content, "acl": ["group:staff"]}
-                ).encode()
-                pushed = client.post(
-                    "/v1/webhooks/kb", content=body, headers={SIGNATURE_HEADER: sign(HOOK_SECRET, body)}
-                )
+            for seq, content in enumerate(("# Salary bands\n\nPushed copy.\n", "# Salary bands\n\nPushed again.\n")):
+                push = {"action": "upsert", "tenant": "acme", "doc_id": doc_id, "content": content, "sequence": seq}
+                body = json.dumps({**push, "acl": ["group:staff"]}).encode()
+                headers = signed_headers(HOOK_SECRET, body, int(time.time()))
+                pushed = client.post("/v1/webhooks/kb", content=body, headers=headers)
                 assert pushed.status_code == 202, pushed.text
         assert EmbeddedWorker(components.events, components.sink()).drain().applied == 4
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from connectors.webhook import sign
+from connectors.webhook import signed_headers
 from query.tokens import issue_token
 from ragsync.cli import main
 from ragsync.demo import build_drive
@@ -66,11 +67,15 @@ def test_serve_accepts_signed_webhook_pushes_and_answers_from_them(tmp_path: Pat
                 "content_type": "markdown",
                 "acl": ["group:staff"],
                 "source_url": "https://crm.example/kb/17",
+                "sequence": 1,
             }
         ).encode()
-        denied = client.post("/v1/webhooks/crm", content=body, headers={"X-Ragsync-Signature": sign("wrong", body)})
+        now = int(time.time())
+        denied = client.post(
+            "/v1/webhooks/crm", content=body, headers=signed_headers("wrong-secret-0123456", body, now)
+        )
         assert denied.status_code == 401
-        pushed = client.post("/v1/webhooks/crm", content=body, headers={"X-Ragsync-Signature": sign(hook, body)})
+        pushed = client.post("/v1/webhooks/crm", content=body, headers=signed_headers(hook, body, now))
         assert pushed.status_code == 202, pushed.text
         # The embedded worker applies what the push published.
         from streams.embedded_worker import EmbeddedWorker

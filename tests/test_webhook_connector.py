@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from connectors.state import ConnectorState, DocRecord
-from connectors.webhook import SIGNATURE_HEADER, WebhookSource, create_webhook_app, sign
+from connectors.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSource, create_webhook_app, sign
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS
 from streams.sqlite_log import SqliteEventLog
@@ -25,6 +25,7 @@ from streams.sqlite_log import SqliteEventLog
 SECRET = "s3cret-shared-with-the-pusher"
 CRM_SECRET = "another-pusher-s-own-secret"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TS = int(NOW.timestamp())
 SOURCE = "kb"
 SOURCES = {
     "kb": WebhookSource(SECRET, frozenset({"acme", "globex"})),
@@ -47,11 +48,25 @@ class Hook:
     log: SqliteEventLog
     state: ConnectorState
     fail_publish: list[Exception]
+    sequence: int = 0
 
-    def push(self, body: dict[str, Any] | bytes, *, source: str = "kb", signature: str | None = None) -> Any:
+    def push(
+        self,
+        body: dict[str, Any] | bytes,
+        *,
+        source: str = "kb",
+        signature: str | None = None,
+        at: int = TS,
+    ) -> Any:
+        """Signed at `at`; a dict without `sequence` gets the next one (each push a new change)."""
+        if isinstance(body, dict) and "sequence" not in body:
+            self.sequence += 1
+            body = {**body, "sequence": self.sequence}
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         secret = SOURCES[source].secret if source in SOURCES else SECRET
-        headers = {SIGNATURE_HEADER: signature if signature is not None else sign(secret, raw)}
+        headers = {TIMESTAMP_HEADER: str(at), SIGNATURE_HEADER: signature or sign(secret, raw, at)}
+        if signature == "":
+            headers[SIGNATURE_HEADER] = ""
         return self.client.post(f"/v1/webhooks/{source}", content=raw, headers=headers)
 
     def events(self, topic: str) -> list[Event]:
@@ -134,9 +149,10 @@ def test_given_title_and_date_win_over_the_content(hook: Hook) -> None:
     [
         "",
         "sha256=" + "0" * 64,
-        sign("another-secret", json.dumps(REFUNDS).encode()),
-        sign(SECRET, json.dumps(REFUNDS).encode()).replace("sha256=", "sha1="),
-        sign(SECRET, json.dumps({**REFUNDS, "tenant": "globex"}).encode()),  # signed a different body
+        sign("another-secret", json.dumps(REFUNDS).encode(), TS),
+        sign(SECRET, json.dumps(REFUNDS).encode(), TS).replace("sha256=", "sha1="),
+        sign(SECRET, json.dumps({**REFUNDS, "tenant": "globex"}).encode(), TS),  # signed a different body
+        sign(SECRET, json.dumps({**REFUNDS, "sequence": 1}).encode(), TS + 1),  # signed another timestamp
     ],
 )
 def test_bad_signature_is_401_and_nothing_is_published(hook: Hook, signature: str) -> None:
@@ -147,8 +163,8 @@ def test_bad_signature_is_401_and_nothing_is_published(hook: Hook, signature: st
 
 
 def test_signature_hex_is_case_insensitive(hook: Hook) -> None:
-    raw = json.dumps(REFUNDS).encode()
-    assert hook.push(raw, signature=sign(SECRET, raw).upper().replace("SHA256=", "sha256=")).status_code == 202
+    raw = json.dumps({**REFUNDS, "sequence": 1}).encode()
+    assert hook.push(raw, signature=sign(SECRET, raw, TS).upper().replace("SHA256=", "sha256=")).status_code == 202
 
 
 def test_replay_is_an_idempotent_no_op(hook: Hook) -> None:
@@ -235,6 +251,8 @@ def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
         ({**REFUNDS, "tenant": "acme corp"}, "upsert.tenant"),
         ({**REFUNDS, "doc_id": ""}, "upsert.doc_id"),
         ({**REFUNDS, "sequence": "7"}, "upsert.sequence: Input should be a valid integer"),  # strict: no coercion
+        (json.dumps(REFUNDS).encode(), "upsert.sequence: Field required"),
+        ({**REFUNDS, "sequence": -1}, "upsert.sequence"),
         ({**REFUNDS, "content_type": "pdf"}, "upsert.content_type"),
         ({**REFUNDS, "content": "---\neffective_from: 2026-13-01\n---\n# x\n"}, "2026-13-01"),
         ({**REFUNDS, "effective_from": "0001-01-01T00:00:00+14:00"}, "is out of range"),  # was HTTP 500
@@ -279,23 +297,17 @@ def test_sequence_refuses_late_deliveries_instead_of_reverting(hook: Hook) -> No
     late = hook.push(v17)  # delivered after a newer one: a retry of an earlier push
     assert late.status_code == 409
     assert late.json()["status"] == "stale" and "sequence 17 is not above 18" in late.json()["error"]
-    assert hook.push(v18).json()["status"] == "unchanged", "a replay of the applied push is still a no-op"
+    replay = hook.push(v18)
+    assert replay.status_code == 409 and replay.json()["status"] == "stale", "a replay inside the window: refused"
     conflicting = hook.push({**v18, "content": "# other\n"})
     assert conflicting.status_code == 409, "one sequence, two contents: refused"
 
     assert hook.push({"action": "delete", "tenant": "acme", "doc_id": "kb/refunds", "sequence": 19}).status_code == 202
     assert hook.push(v18).status_code == 409, "a delayed upsert must not resurrect a deleted document"
     assert hook.push({**v18, "sequence": 20}).json()["version"] == 3
-    unordered = hook.push({**REFUNDS, "content": "# no sequence\n"})
-    assert unordered.status_code == 202, "pushes without a sequence apply in arrival order"
     record = hook.record()
     assert record is not None and record.fingerprint == "20", "the high-water mark is kept"
-    assert [(e.version, e.kind) for e in hook.all_events()] == [
-        (1, "upsert"),
-        (3, "upsert"),
-        (4, "upsert"),
-        (2, "delete"),
-    ]
+    assert [(e.version, e.kind) for e in hook.all_events()] == [(1, "upsert"), (3, "upsert"), (2, "delete")]
 
 
 def test_concurrent_pushes_for_one_document_get_distinct_versions(hook: Hook) -> None:
@@ -337,7 +349,7 @@ def test_empty_or_short_secret_and_no_tenant_are_refused(tmp_path: Path) -> None
 
 def test_each_source_signs_with_its_own_secret_for_its_own_tenants(hook: Hook) -> None:
     raw = json.dumps(REFUNDS).encode()
-    stolen = hook.push(raw, source="crm", signature=sign(SECRET, raw))
+    stolen = hook.push(raw, source="crm", signature=sign(SECRET, raw, TS))
     assert stolen.status_code == 401, "kb's secret signs nothing for crm"
     other_tenant = hook.push({**REFUNDS, "tenant": "globex"}, source="crm")
     assert other_tenant.status_code == 403 and "may not push for tenant 'globex'" in other_tenant.json()["error"]
@@ -352,3 +364,46 @@ def test_a_pushed_doc_id_never_leaves_the_source_namespace(hook: Hook) -> None:
         "kb:crm:kb/refunds",
         "kb:drive:acme/hr/salaries.md",
     ]
+
+
+def test_a_replayed_upsert_cannot_undo_a_revocation(hook: Hook) -> None:
+    """Issue 8 item 5: replaying an old signed upsert after an ACL push published the old ACL again (202)."""
+    captured = json.dumps({**REFUNDS, "sequence": 1}).encode()
+    assert hook.push(captured).status_code == 202
+    revoke = {"action": "acl", "tenant": "acme", "doc_id": "kb/refunds", "acl": ["group:hr"], "sequence": 2}
+    assert hook.push(revoke).status_code == 202
+    before = hook.all_events()
+
+    inside = hook.push(captured, at=TS)  # the same bytes and headers, inside the window
+    assert inside.status_code == 409 and inside.json()["status"] == "stale"
+    later = hook.push(captured, at=TS, signature=sign(SECRET, captured, TS))
+    assert later.status_code == 409
+    assert hook.all_events() == before, "a refused push is never published"
+    record = hook.record()
+    assert record is not None and record.acl == ("group:hr",)
+
+
+@pytest.mark.parametrize("offset_s", [-301, 301, -86_400, 10**9])
+def test_a_push_signed_outside_the_window_is_refused_as_a_replay(hook: Hook, offset_s: int) -> None:
+    response = hook.push({**REFUNDS, "sequence": 1}, at=TS + offset_s)
+    assert response.status_code == 409 and response.json()["status"] == "replay"
+    assert "outside ±300 s" in response.json()["error"]
+    assert hook.all_events() == [] and hook.record() is None
+    assert hook.push({**REFUNDS, "sequence": 1}, at=TS + 299).status_code == 202, "inside the window"
+
+
+@pytest.mark.parametrize("timestamp", ["", "yesterday", "-5", "1.5", "9" * 13])
+def test_a_missing_or_malformed_timestamp_is_401(hook: Hook, timestamp: str) -> None:
+    raw = json.dumps({**REFUNDS, "sequence": 1}).encode()
+    headers = {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(SECRET, raw, TS)}
+    response = hook.client.post("/v1/webhooks/kb", content=raw, headers=headers)
+    assert response.status_code == 401 and TIMESTAMP_HEADER in response.json()["error"]
+    assert hook.all_events() == []
+
+
+def test_a_retry_after_a_failed_publish_is_accepted_with_its_sequence(hook: Hook) -> None:
+    hook.fail_publish.append(ConnectionError("log down"))
+    body = {**REFUNDS, "sequence": 5}
+    assert hook.push(body).status_code == 503
+    assert hook.push(body).status_code == 202, "nothing was published, so the same sequence is still new"
+    assert hook.push(body).status_code == 409
