@@ -112,6 +112,13 @@ class ConnectorState:
         )
         return [self._record(r) for r in rows]
 
+    def records(self, source: str) -> list[DocRecord]:
+        """Every row of the source, deleted ones included (what `ragsync verify` reconciles)."""
+        rows = self._all(
+            f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? ORDER BY tenant, doc_id", (source,)
+        )
+        return [self._record(r) for r in rows]
+
     def live(self, source: str) -> list[DocRecord]:
         rows = self._all(
             f"SELECT {self._COLUMNS} FROM connector_docs WHERE source = ? AND deleted = 0 ORDER BY tenant, doc_id",

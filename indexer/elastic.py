@@ -46,7 +46,7 @@ from typing import Any
 from elasticsearch import BadRequestError, Elasticsearch
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc
-from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit
+from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage
 from indexer.text import query_terms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
@@ -494,6 +494,33 @@ class ElasticLexicalIndex:
             allow_no_indices=True,
         )
         return int(response["count"])
+
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
+        if not self._alias_exists(tenant):
+            return []
+        out: list[StoredPassage] = []
+        after: list[Any] | None = None
+        self._es.indices.refresh(index=self.alias(tenant), ignore_unavailable=True)
+        while True:
+            response = self._es.search(
+                index=self.alias(tenant),
+                query={"bool": {"filter": self._doc_filters(tenant, doc_id)}},
+                size=PAGE_SIZE,
+                sort=[{"passage_id": "asc"}],
+                source_includes=["passage_id", "version", "acl"],
+                search_after=after,
+                ignore_unavailable=True,
+                allow_no_indices=True,
+            )
+            hits = response["hits"]["hits"]
+            for h in hits:
+                src = h["_source"]
+                acl = src.get("acl") or []
+                entries = tuple(sorted([acl] if isinstance(acl, str) else acl))
+                out.append(StoredPassage(src["passage_id"], int(src["version"]), entries))
+            if len(hits) < PAGE_SIZE:
+                return out
+            after = hits[-1]["sort"]
 
     def close(self) -> None:
         self._es.close()

@@ -58,6 +58,21 @@ def state_id(tenant: str, doc_id: str) -> str:
     return hashlib.sha256(f"{tenant}\x00{doc_id}".encode()).hexdigest()
 
 
+def _state(src: dict[str, Any]) -> DocState:
+    return DocState(
+        tenant=src["tenant"],
+        doc_id=src["doc_id"],
+        applied_version=int(src["applied_version"]),
+        deleted=bool(src["deleted"]),
+        acl=tuple(src.get("acl") or ()),
+        content_version=src.get("content_version"),
+        acl_version=src.get("acl_version"),
+        content_hash=src.get("content_hash"),
+        chunker_version=src.get("chunker_version"),
+        passage_ids=list(src.get("passage_ids") or []),
+    )
+
+
 class ElasticDocStates:
     """DocStateStore: one document per (tenant, doc_id) in `<prefix>-docstate`."""
 
@@ -92,18 +107,26 @@ class ElasticDocStates:
         src = response["_source"]
         if src["tenant"] != tenant or src["doc_id"] != doc_id:
             return None
-        return DocState(
-            tenant=src["tenant"],
-            doc_id=src["doc_id"],
-            applied_version=int(src["applied_version"]),
-            deleted=bool(src["deleted"]),
-            acl=tuple(src.get("acl") or ()),
-            content_version=src.get("content_version"),
-            acl_version=src.get("acl_version"),
-            content_hash=src.get("content_hash"),
-            chunker_version=src.get("chunker_version"),
-            passage_ids=list(src.get("passage_ids") or []),
-        )
+        return _state(src)
+
+    def states(self) -> list[DocState]:
+        """Paged by search_after on (tenant, doc_id); the index is refreshed first so nothing is missed."""
+        self._es.indices.refresh(index=self.index)
+        out: list[DocState] = []
+        after: list[Any] | None = None
+        while True:
+            response = self._es.search(
+                index=self.index,
+                query={"match_all": {}},
+                size=500,
+                sort=[{"tenant": "asc"}, {"doc_id": "asc"}],
+                search_after=after,
+            )
+            hits = response["hits"]["hits"]
+            out.extend(_state(h["_source"]) for h in hits)
+            if len(hits) < 500:
+                return out
+            after = hits[-1]["sort"]
 
     def put(self, state: DocState) -> None:
         doc = {f.name: getattr(state, f.name) for f in fields(DocState)}

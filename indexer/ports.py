@@ -47,6 +47,15 @@ DEFAULT_FIELD_WEIGHTS = FieldWeights()
 
 
 @dataclass(frozen=True, slots=True)
+class StoredPassage:
+    """What a store holds for one passage, as `ragsync verify` reconciles it: never used to answer."""
+
+    passage_id: str
+    version: int
+    acl: tuple[str, ...]  # sorted; the entries the store's permission filter actually matches
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     passage: Passage
     score: float
@@ -74,6 +83,9 @@ class LexicalIndex(Protocol):
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         """Passages stored (any ACL, any date): for audits and tests, never for answering."""
 
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
+        """Every passage of the document (any version, ACL, date), sorted by passage_id: for verify."""
+
     def close(self) -> None: ...
 
 
@@ -94,6 +106,8 @@ class VectorIndex(Protocol):
         """Cosine similarity; hits below floor dropped by the store (score_threshold)."""
 
     def count(self, tenant: str, doc_id: str | None = None) -> int: ...
+
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]: ...
 
     def close(self) -> None: ...
 
@@ -163,6 +177,9 @@ class DocStateStore(Protocol):
 
     def chunker_versions(self) -> set[str]:
         """Chunker versions of live documents: a stale one means the index must be re-chunked."""
+
+    def states(self) -> list[DocState]:
+        """Every document's state, tombstones included, sorted by (tenant, doc_id): for verify."""
 
     def close(self) -> None: ...
 

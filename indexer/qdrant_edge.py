@@ -15,7 +15,7 @@ from typing import Any
 import qdrant_edge as q
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
-from indexer.ports import Hit, Vectors
+from indexer.ports import Hit, StoredPassage, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -138,6 +138,21 @@ class EdgeVectorIndex:
             must.append(q.FieldCondition("doc_id", match=q.MatchValue(doc_id)))
         with self._lock:
             return int(self._shard.count(q.CountRequest(exact=True, filter=q.Filter(must=must))))
+
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
+        out: list[StoredPassage] = []
+        offset: Any = None
+        while True:
+            request = q.ScrollRequest(
+                offset=offset, limit=256, filter=_doc_filter(tenant, doc_id), with_payload=True, with_vector=False
+            )
+            with self._lock:
+                points, offset = self._shard.scroll(request)
+            for point in points:
+                payload = dict(point.payload or {})
+                out.append(StoredPassage(payload["passage_id"], int(payload["version"]), tuple(sorted(payload["acl"]))))
+            if offset is None or not points:
+                return sorted(out, key=lambda s: s.passage_id)
 
     def optimize(self) -> None:
         """Builds HNSW after a bulk load; queries are exact (and slower) until then."""

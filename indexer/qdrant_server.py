@@ -40,7 +40,7 @@ from pathlib import Path
 from qdrant_client import QdrantClient, models
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
-from indexer.ports import Hit, StoreUnavailable, Vectors
+from indexer.ports import Hit, StoredPassage, StoreUnavailable, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -255,6 +255,25 @@ class QdrantVectorIndex:
         with self._guard():
             result = self._client.count(self.collection, count_filter=models.Filter(must=must), exact=True)
         return int(result.count)
+
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
+        out: list[StoredPassage] = []
+        offset: models.ExtendedPointId | None = None
+        while True:
+            with self._guard():
+                points, offset = self._client.scroll(
+                    self.collection,
+                    scroll_filter=_doc_filter(tenant, doc_id),
+                    limit=256,
+                    offset=offset,
+                    with_payload=True,
+                    with_vectors=False,
+                )
+            for point in points:
+                payload = dict(point.payload or {})
+                out.append(StoredPassage(payload["passage_id"], int(payload["version"]), tuple(sorted(payload["acl"]))))
+            if offset is None or not points:
+                return sorted(out, key=lambda s: s.passage_id)
 
     def drop_all(self) -> None:
         """Delete the collection (tests)."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit
+from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage
 from indexer.text import query_terms
 from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
@@ -282,6 +282,21 @@ class SqliteLexicalIndex:
                     "SELECT COUNT(*) FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
                 ).fetchone()
             return int(row[0])
+
+    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
+        """ACL entries from passage_acl, the table the search filter joins, not the JSON copy."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT p.passage_id, p.version, a.entry FROM passages p LEFT JOIN passage_acl a ON a.rid = p.rid"
+                " WHERE p.tenant = ? AND p.doc_id = ? ORDER BY p.passage_id",
+                (tenant, doc_id),
+            ).fetchall()
+        found: dict[str, tuple[int, set[str]]] = {}
+        for passage_id, version, entry in rows:
+            _, entries = found.setdefault(passage_id, (int(version), set()))
+            if entry is not None:
+                entries.add(entry)
+        return [StoredPassage(pid, v, tuple(sorted(e))) for pid, (v, e) in sorted(found.items())]
 
     def close(self) -> None:
         self._conn.close()

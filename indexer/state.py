@@ -70,6 +70,13 @@ class SqliteDocStates:
     def __init__(self, path: Path) -> None:
         self._db = _Db(path)
 
+    def states(self) -> list[DocState]:
+        with self._db.lock:
+            rows = self._db.conn.execute(
+                "SELECT tenant, doc_id FROM doc_state ORDER BY tenant, doc_id",
+            ).fetchall()
+        return [s for s in (self.get(t, d) for t, d in rows) if s is not None]
+
     def get(self, tenant: str, doc_id: str) -> DocState | None:
         with self._db.lock:
             row = self._db.conn.execute(

@@ -19,6 +19,7 @@ from ragsync.commands.evaluate import eval_
 from ragsync.commands.service import serve, status, worker
 from ragsync.commands.sync import sync
 from ragsync.commands.token import token
+from ragsync.commands.verify import verify
 
 
 class Commands(click.Group):
@@ -93,7 +94,7 @@ def demo(ctx: click.Context, directory: Path | None) -> None:
     sys.exit(run_demo(directory, settings_of(ctx)))
 
 
-for command in (sync, ask, token, audit, dlq, eval_, worker, serve, status):
+for command in (sync, ask, token, audit, dlq, eval_, worker, serve, status, verify):
     main.add_command(command)
 
 

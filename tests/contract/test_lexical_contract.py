@@ -208,3 +208,25 @@ def test_title_heading_and_body_are_weighted_apart(lexical_index: Any) -> None:
     assert ids(lexical_index.search("retention", STAFF, 10, 0.001)) == ["doc.md@1#h-1", "doc.md@1#b-1"]
     lexical_index.weights = FieldWeights(title=5.0, heading=0.0, text=1.0)
     assert ids(lexical_index.search("retention", STAFF, 10, 0.001)) == ["doc.md@1#t-1", "doc.md@1#b-1"]
+
+
+def test_inventory_lists_every_version_with_the_acl_the_filter_matches(lexical_index: Any) -> None:
+    from indexer.ports import StoredPassage
+
+    lexical_index.upsert(
+        [
+            make_passage("old wording", anchor="a-1"),
+            make_passage("new wording", version=2, anchor="a-1"),
+            make_passage("other doc", doc_id="other.md", anchor="o-1"),
+            make_passage("other tenant", tenant="globex", anchor="a-1"),
+        ]
+    )
+    lexical_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"])
+    assert lexical_index.inventory("acme", "doc.md") == [
+        StoredPassage("doc.md@1#a-1", 1, ("group:hr", "user:ceo")),
+        StoredPassage("doc.md@2#a-1", 2, ("group:hr", "user:ceo")),
+    ]
+    lexical_index.delete_doc("acme", "doc.md")
+    assert lexical_index.inventory("acme", "doc.md") == []
+    assert lexical_index.inventory("nobody", "doc.md") == []
+    assert [s.passage_id for s in lexical_index.inventory("globex", "doc.md")] == ["doc.md@1#a-1"]

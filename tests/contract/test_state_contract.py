@@ -142,3 +142,18 @@ def test_audit_chain_links_records_and_detects_tampering(stores: tuple[Any, Any]
     tamper(audit, 5, remove=True)
     links, head = audit.chain()
     assert any("chain head" in p.problem for p in verify(links, head))
+
+
+def test_states_lists_every_document_and_tombstone_in_order(stores: tuple[Any, Any]) -> None:
+    docs, _ = stores
+    assert docs.states() == []
+    docs.put(DocState("globex", "d:b.md", applied_version=1, acl=("group:x",), content_version=1, passage_ids=["p"]))
+    docs.put(DocState("acme", "d:z.md", applied_version=3, deleted=True))
+    docs.put(DocState("acme", "d:a.md", applied_version=2, acl=("group:staff",), content_version=2, acl_version=2))
+    listed = docs.states()
+    assert [(s.tenant, s.doc_id, s.applied_version, s.deleted) for s in listed] == [
+        ("acme", "d:a.md", 2, False),
+        ("acme", "d:z.md", 3, True),
+        ("globex", "d:b.md", 1, False),
+    ]
+    assert listed[2].passage_ids == ["p"] and listed[0].acl == ("group:staff",)

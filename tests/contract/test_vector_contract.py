@@ -90,3 +90,23 @@ def test_upsert_idempotent(vector_index: Any) -> None:
     vector_index.upsert([p], np.stack([unit(1, 0)]))
     vector_index.upsert([p], np.stack([unit(1, 0)]))
     assert vector_index.count("acme") == 1
+
+
+def test_inventory_lists_every_version_with_the_acl_the_filter_matches(vector_index: Any) -> None:
+    from indexer.ports import StoredPassage
+
+    passages = [
+        make_passage("old", anchor="a-1"),
+        make_passage("new", version=2, anchor="a-1"),
+        make_passage("other", doc_id="other.md", anchor="o-1"),
+        make_passage("globex", tenant="globex", anchor="a-1"),
+    ]
+    vector_index.upsert(passages, np.stack([unit(1, 0), unit(0, 1), unit(1, 1), unit(1, 2)]))
+    vector_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"])
+    assert vector_index.inventory("acme", "doc.md") == [
+        StoredPassage("doc.md@1#a-1", 1, ("group:hr", "user:ceo")),
+        StoredPassage("doc.md@2#a-1", 2, ("group:hr", "user:ceo")),
+    ]
+    vector_index.delete_doc("acme", "doc.md")
+    assert vector_index.inventory("acme", "doc.md") == []
+    assert [s.passage_id for s in vector_index.inventory("globex", "doc.md")] == ["doc.md@1#a-1"]
