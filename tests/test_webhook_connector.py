@@ -321,7 +321,8 @@ def test_concurrent_pushes_for_one_document_get_distinct_versions(hook: Hook) ->
     results: list[int] = []
 
     def push(n: int) -> None:
-        results.append(hook.push({**REFUNDS, "content": f"# v{n}\n"}).json()["version"])
+        time.sleep(0.05 * n)  # the second arrives while the first is still publishing; sequences in order
+        results.append(hook.push({**REFUNDS, "content": f"# v{n}\n", "sequence": n + 1}).json()["version"])
 
     threads = [threading.Thread(target=push, args=(n,)) for n in range(2)]
     for t in threads:
