@@ -9,7 +9,6 @@ read by the scanner, after a fetch it needed anyway, with `content_metadata` bel
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,7 @@ from typing import Literal, Protocol
 
 from markdown_it import MarkdownIt
 
+from connectors.front_matter import read_front_matter
 from indexer.text import html_for_parser
 from schemas.instants import parse_instant
 
@@ -100,24 +100,15 @@ def content_metadata(content_type: ContentType, text: str) -> ContentMeta:
     return ContentMeta()
 
 
-_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-_FRONT_MATTER_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*$")
 _MD = MarkdownIt("commonmark")
 
 
 def _markdown_meta(text: str) -> ContentMeta:
-    """Only the flat `key: value` lines of front matter are read: enough for a date and a title."""
-    fields: dict[str, str] = {}
-    body = text
-    match = _FRONT_MATTER.match(text)
-    if match:
-        body = text[match.end() :]
-        for line in match.group(1).splitlines():
-            key_value = _FRONT_MATTER_KEY.match(line)
-            if key_value and key_value.group(2):
-                fields.setdefault(key_value.group(1).lower(), key_value.group(2))
-    effective = parse_effective_from(fields["effective_from"]) if "effective_from" in fields else None
-    title = fields.get("title", "").strip("\"'").strip() or _first_markdown_heading(body)
+    """`title` and `effective_from` from the YAML front matter (connectors.front_matter), else the first heading."""
+    front = read_front_matter(text)
+    raw = front.fields.get("effective_from")
+    effective = parse_effective_from(raw) if raw is not None and raw != "" else None
+    title = front.text("title") or _first_markdown_heading(front.body)
     return ContentMeta(title or None, effective)
 
 
