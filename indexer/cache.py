@@ -71,6 +71,7 @@ class InProcessCache:
     def close(self) -> None:
         with self._lock:
             self._entries.clear()
+        self._generations.close()
 
 
 class GenerationSource:
@@ -79,6 +80,9 @@ class GenerationSource:
 
     def bump(self, tenant: str) -> int:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the source's connection, if it has one."""
 
 
 class MemoryGenerations(GenerationSource):

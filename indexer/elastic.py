@@ -522,5 +522,8 @@ class ElasticLexicalIndex:
                 return out
             after = hits[-1]["sort"]
 
+    def flush(self) -> None:
+        """Elasticsearch acknowledges a write once it is durable in the translog: nothing to do."""
+
     def close(self) -> None:
         self._es.close()

@@ -148,6 +148,12 @@ class ElasticDocStates:
         """Delete this prefix's doc-state index (tests)."""
         self._es.indices.delete(index=self.index, ignore_unavailable=True)
 
+    def flush(self) -> None:
+        """Each put is acknowledged durable by Elasticsearch: nothing is held back."""
+
+    def discard(self) -> None:
+        """Nothing is held back, so nothing to forget."""
+
     def close(self) -> None:
         self._es.close()
 

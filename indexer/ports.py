@@ -62,6 +62,12 @@ class Hit:
 
 
 class LexicalIndex(Protocol):
+    """Writes are visible to the next search when they return; durable once `flush` returned.
+
+    A worker flushes every store once per applied batch, before it commits the batch's offsets:
+    nothing is acknowledged before it is durable, and a batch costs one sync, not one per write.
+    """
+
     name: str
 
     def upsert(self, passages: Sequence[Passage]) -> None:
@@ -86,10 +92,15 @@ class LexicalIndex(Protocol):
     def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
         """Every passage of the document (any version, ACL, date), sorted by passage_id: for verify."""
 
+    def flush(self) -> None:
+        """Make every write so far durable."""
+
     def close(self) -> None: ...
 
 
 class VectorIndex(Protocol):
+    """Same visibility and durability rules as LexicalIndex."""
+
     name: str
 
     def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
@@ -108,6 +119,9 @@ class VectorIndex(Protocol):
     def count(self, tenant: str, doc_id: str | None = None) -> int: ...
 
     def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]: ...
+
+    def flush(self) -> None:
+        """Make every write so far durable."""
 
     def close(self) -> None: ...
 
@@ -180,6 +194,12 @@ class DocStateStore(Protocol):
 
     def states(self) -> list[DocState]:
         """Every document's state, tombstones included, sorted by (tenant, doc_id): for verify."""
+
+    def flush(self) -> None:
+        """Make every put so far durable; called only after every store flushed the same writes."""
+
+    def discard(self) -> None:
+        """Forget puts not flushed yet (a store flush failed): state must never be ahead of the stores."""
 
     def close(self) -> None: ...
 

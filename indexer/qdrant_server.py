@@ -280,6 +280,9 @@ class QdrantVectorIndex:
         with self._guard():
             self._client.delete_collection(self.collection)
 
+    def flush(self) -> None:
+        """Every write waits for the server's acknowledgement (durable in its WAL): nothing to do."""
+
     def close(self) -> None:
         with self._guard():
             self._client.close()

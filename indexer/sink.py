@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from indexer.chunker import CHUNKER_VERSION, chunk_document
+import numpy as np
+
+from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document
 from indexer.ports import (
     Cache,
     DeletionAudit,
@@ -31,6 +33,15 @@ from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPa
 from schemas.passages import Passage, make_passage_id
 
 log = logging.getLogger(__name__)
+
+
+class Preempted(Exception):
+    """embed_upserts stopped between two sub-batches because its `interrupt` asked it to."""
+
+
+EMBED_SUB_BATCH = 32
+"""Texts per embedding call inside a batch: the model's own batch size, so splitting costs nothing,
+and the longest a revocation waits for an upsert batch that is embedding (see `interrupt`)."""
 
 
 class Outcome(StrEnum):
@@ -94,13 +105,18 @@ class IndexSink:
         self.cache = cache
         self.max_chars = max_chars
         self.clock = clock
+        self._chunks: dict[tuple[str, str], list[Chunk]] = {}
 
-    def embed_upserts(self, events: Sequence[Event]) -> dict[str, Vectors]:
-        """Vectors for the passages of many upserts, from one embedding call.
+    def embed_upserts(self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None) -> dict[str, Vectors]:
+        """Vectors for the passages of many upserts, embedded together.
 
-        The model is several times faster on one large, length-sorted batch than on one small
-        batch per document, so a worker that holds a batch of upserts embeds them together and
-        passes each event's vectors to `apply`. Stale events are skipped.
+        The model is several times faster on large, length-sorted batches than on one small batch
+        per document, so a worker that holds a batch of upserts embeds them together and passes
+        each event's vectors to `apply`. Stale events are skipped. The texts are sorted by length
+        once and embedded EMBED_SUB_BATCH at a time (what the model does inside one call anyway);
+        between two calls `interrupt()` may answer True, and Preempted is raised: a worker uses it
+        to apply a revocation that arrived meanwhile instead of waiting for the whole batch. What was
+        embedded is not lost: the embedding cache keeps it for the retry.
         """
         if self.embedder is None or self.vector is None:
             return {}
@@ -115,8 +131,33 @@ class IndexSink:
             texts.extend(embedding_text(p) for p in passages)
         if not texts:
             return {}
-        vectors = self.embedder.embed(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.empty((len(texts), self.embedder.dim), dtype=np.float32)
+        for start in range(0, len(order), EMBED_SUB_BATCH):
+            if start and interrupt is not None and interrupt():
+                raise Preempted
+            chunk = order[start : start + EMBED_SUB_BATCH]
+            vectors[chunk] = self.embedder.embed([texts[i] for i in chunk])
         return {event_id: vectors[start:end] for event_id, start, end in spans}
+
+    def flush(self) -> None:
+        """Make the writes of every applied event durable: the stores first, their states last.
+
+        If a store cannot flush, the states written since the last flush are discarded, so no
+        state ever claims a version whose passages may not be on disk; the caller re-applies.
+        """
+        try:
+            if self.vector is not None:
+                self.vector.flush()
+            self.lexical.flush()
+        except BaseException:
+            self.docs.discard()
+            raise
+        self.docs.flush()
+
+    def discard(self) -> None:
+        """Forget unflushed states (the batch is abandoned and will be re-applied from the log)."""
+        self.docs.discard()
 
     def apply(self, event: Event, vectors: Vectors | None = None) -> ApplyResult:
         """Apply one event to every store; `vectors` may carry its passages' embeddings."""
@@ -140,6 +181,19 @@ class IndexSink:
         now floored to the second, so a document synced a moment ago is visible at once."""
         return payload.effective_from or event.occurred_at.replace(microsecond=0)
 
+    def _chunks_of(self, event: Event, payload: UpsertPayload) -> list[Chunk]:
+        """Chunks by event and content, kept from embed_upserts to apply so a batch is chunked once."""
+        key = (event.event_id, payload.content_hash)
+        chunks = self._chunks.get(key)
+        if chunks is None:
+            if len(self._chunks) >= 4096:
+                self._chunks.clear()
+            chunks = chunk_document(
+                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
+            )
+            self._chunks[key] = chunks
+        return chunks
+
     def passages_for(self, event: Event, payload: UpsertPayload, acl: tuple[str, ...] | None = None) -> list[Passage]:
         effective_from = self.effective_from(event, payload)
         return [
@@ -158,9 +212,7 @@ class IndexSink:
                 source_url=payload.source_url,
                 chunker_version=CHUNKER_VERSION,
             )
-            for chunk in chunk_document(
-                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
-            )
+            for chunk in self._chunks_of(event, payload)
         ]
 
     def _upsert(
@@ -172,6 +224,7 @@ class IndexSink:
         newer_acl = acl_version is not None and acl_version > event.version
         acl = state.acl if newer_acl and state is not None else payload.acl
         passages = self.passages_for(event, payload, acl)
+        self._chunks.pop((event.event_id, payload.content_hash), None)
         result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
         if self.vector is not None and self.embedder is not None:
             if vectors is None or len(vectors) != len(passages):

@@ -14,11 +14,12 @@ before the title had a column (`heading, text`) are rebuilt from the `passages` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -76,17 +77,41 @@ def _match_expression(query: str) -> str | None:
 
 
 class SqliteLexicalIndex:
+    """`deferred=True` is the batched write path (the embedded worker): every write joins one
+    transaction that `flush` commits, so a batch is one commit and FTS5 writes one segment per
+    batch instead of one per document. Automatic merging is then off and `merge_step`, called
+    when the worker is idle, merges segments in the background. A failed write rolls back to its
+    own savepoint, never the batch; closing without flush drops unflushed writes (redelivery
+    re-applies them). Without `deferred`, every call commits on its own, as before.
+    """
+
     name = "sqlite-fts5"
 
-    def __init__(self, path: Path, weights: FieldWeights = DEFAULT_FIELD_WEIGHTS) -> None:
+    def __init__(self, path: Path, weights: FieldWeights = DEFAULT_FIELD_WEIGHTS, *, deferred: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.weights = weights
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.RLock()
+        self.deferred = deferred
+        self._merge_pending: set[str] = set()
+        self._known_fts: set[str] = set()
         self._migrate()
+        for (name,) in self._conn.execute("SELECT name FROM fts_tables").fetchall():
+            self._known_fts.add(str(name))
+            self._set_automerge(str(name))
+
+    def _set_automerge(self, fts: str) -> None:
+        """Automatic merging off on the batched path (merge_step merges instead); written only when it
+        differs, so opening an index (a `status` beside a running owner) writes nothing."""
+        wanted = 0 if self.deferred else 4
+        row = self._conn.execute(f"SELECT v FROM {fts}_config WHERE k = 'automerge'").fetchone()
+        if (int(row[0]) if row else 4) != wanted:
+            self._conn.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('automerge', ?)", (wanted,))
+        if self.deferred:
+            self._merge_pending.add(fts)
 
     def _migrate(self) -> None:
         """Rebuild FTS tables of an older column layout from the passages table, in one transaction."""
@@ -113,6 +138,59 @@ class SqliteLexicalIndex:
                 self._conn.execute("ROLLBACK")
                 raise
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write: its own transaction, or (deferred) a savepoint inside the batch's transaction."""
+        with self._lock:
+            if not self.deferred:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                return
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("SAVEPOINT write")
+            try:
+                yield
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK TO write")
+                    self._conn.execute("RELEASE write")
+                raise
+            self._conn.execute("RELEASE write")
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._conn.in_transaction:
+                self._conn.execute("COMMIT")
+                if self.deferred:
+                    self._merge_pending.update(self._known_fts)
+
+    def merge_step(self, pages: int = 256) -> bool:
+        """Merge some FTS5 segments (about `pages` pages of work); False once nothing is left to merge.
+
+        Only between batches: it commits on its own, so it never runs inside a batch's transaction.
+        """
+        with self._lock:
+            if self._conn.in_transaction:
+                return True
+            for fts in sorted(self._merge_pending):
+                before = self._conn.total_changes
+                try:
+                    self._conn.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('merge', ?)", (pages,))
+                except sqlite3.OperationalError:  # a table whose creating batch was rolled back
+                    self._merge_pending.discard(fts)
+                    self._known_fts.discard(fts)
+                    continue
+                if self._conn.total_changes - before >= 2:
+                    return True
+                self._merge_pending.discard(fts)
+            return False
+
     def _fts(self, tenant: str, create: bool) -> str | None:
         name = _fts_name(tenant)
         row = self._conn.execute("SELECT name FROM fts_tables WHERE tenant = ?", (tenant,)).fetchone()
@@ -124,48 +202,44 @@ class SqliteLexicalIndex:
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='porter unicode61')"
         )
         self._conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
+        self._set_automerge(name)
+        self._known_fts.add(name)
         return name
 
     def upsert(self, passages: Sequence[Passage]) -> None:
         if not passages:
             return
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for p in passages:
-                    fts = self._fts(p.tenant, create=True)
-                    self._delete_rows(p.tenant, fts, "passage_id = ?", (p.passage_id,))
-                    cur = self._conn.execute(
-                        "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, effective_ms,"
-                        " superseded_ms, heading_path, title, text, source_url, chunker_version)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            p.passage_id,
-                            p.tenant,
-                            p.doc_id,
-                            p.version,
-                            p.anchor,
-                            json.dumps(list(p.acl)),
-                            to_epoch_ms(p.effective_from),
-                            to_epoch_ms(p.superseded_on) if p.superseded_on else None,
-                            json.dumps(list(p.heading_path)),
-                            p.title,
-                            p.text,
-                            p.source_url,
-                            p.chunker_version,
-                        ),
-                    )
-                    rid = cur.lastrowid
-                    self._conn.executemany(
-                        "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(p.acl)]
-                    )
-                    self._conn.execute(
-                        f"INSERT INTO {fts}(rowid, title, heading, text) VALUES (?, ?, ?, ?)", (rid, *_fts_row(p))
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._writing():
+            for p in passages:
+                fts = self._fts(p.tenant, create=True)
+                self._delete_rows(p.tenant, fts, "passage_id = ?", (p.passage_id,))
+                cur = self._conn.execute(
+                    "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, effective_ms,"
+                    " superseded_ms, heading_path, title, text, source_url, chunker_version)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        p.passage_id,
+                        p.tenant,
+                        p.doc_id,
+                        p.version,
+                        p.anchor,
+                        json.dumps(list(p.acl)),
+                        to_epoch_ms(p.effective_from),
+                        to_epoch_ms(p.superseded_on) if p.superseded_on else None,
+                        json.dumps(list(p.heading_path)),
+                        p.title,
+                        p.text,
+                        p.source_url,
+                        p.chunker_version,
+                    ),
+                )
+                rid = cur.lastrowid
+                self._conn.executemany(
+                    "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(p.acl)]
+                )
+                self._conn.execute(
+                    f"INSERT INTO {fts}(rowid, title, heading, text) VALUES (?, ?, ?, ?)", (rid, *_fts_row(p))
+                )
 
     def _delete_rows(self, tenant: str, fts: str | None, where: str, args: tuple[object, ...]) -> int:
         rids = [
@@ -179,16 +253,10 @@ class SqliteLexicalIndex:
         return len(rids)
 
     def _delete_where(self, tenant: str, where: str, args_list: Sequence[tuple[object, ...]]) -> None:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                fts = self._fts(tenant, create=False)
-                for args in args_list:
-                    self._delete_rows(tenant, fts, where, args)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._writing():
+            fts = self._fts(tenant, create=False)
+            for args in args_list:
+                self._delete_rows(tenant, fts, where, args)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         self._delete_where(tenant, "passage_id = ?", [(pid,) for pid in passage_ids])
@@ -198,7 +266,7 @@ class SqliteLexicalIndex:
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         ms = to_epoch_ms(superseded_on)
-        with self._lock:
+        with self._writing():
             self._conn.execute(
                 "UPDATE passages SET superseded_ms = ? WHERE tenant = ? AND doc_id = ? AND version < ?"
                 " AND (superseded_ms IS NULL OR superseded_ms > ?)",
@@ -206,28 +274,22 @@ class SqliteLexicalIndex:
             )
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                rids = [
-                    r[0]
-                    for r in self._conn.execute(
-                        "SELECT rid FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-                    )
-                ]
-                self._conn.execute(
-                    "UPDATE passages SET acl = ? WHERE tenant = ? AND doc_id = ?",
-                    (json.dumps(list(acl)), tenant, doc_id),
+        with self._writing():
+            rids = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT rid FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
                 )
-                for rid in rids:
-                    self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
-                    self._conn.executemany(
-                        "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(acl)]
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+            ]
+            self._conn.execute(
+                "UPDATE passages SET acl = ? WHERE tenant = ? AND doc_id = ?",
+                (json.dumps(list(acl)), tenant, doc_id),
+            )
+            for rid in rids:
+                self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
+                self._conn.executemany(
+                    "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(acl)]
+                )
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
         expression = _match_expression(query)
@@ -298,5 +360,23 @@ class SqliteLexicalIndex:
                 entries.add(entry)
         return [StoredPassage(pid, v, tuple(sorted(e))) for pid, (v, e) in sorted(found.items())]
 
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Passages stored per tenant (any ACL, any date): for status, never for answering."""
+        with self._lock:
+            rows = self._conn.execute("SELECT tenant, COUNT(*) FROM passages GROUP BY tenant").fetchall()
+        return {str(tenant): int(n) for tenant, n in rows}
+
+    def passages_after(self, rid: int, limit: int) -> list[tuple[int, Passage]]:
+        """Stored passages in storage order after row `rid`, with their rows: for maintenance that walks
+        every passage (embedding those a model-less sync left without a vector), never for answering."""
+        with self._lock:
+            cur = self._conn.execute(
+                "SELECT *, 0.0 AS score FROM passages WHERE rid > ? ORDER BY rid LIMIT ?", (rid, limit)
+            )
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+        return [(int(str(row["rid"])), self._hit(row).passage) for row in rows]
+
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._conn.close()

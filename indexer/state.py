@@ -1,8 +1,8 @@
 """Durable bookkeeping of the embedded profile: applied versions and tombstones, the deletion
 audit log, and per-tenant cache generations, all in one SQLite file beside the indexes.
 
-Generations live here (not only in memory) so a long-running `ragsync serve` sees a bump made
-by a `ragsync sync` in another process.
+Generations live here (not only in memory) so they survive restarts; the embedded worker writes
+all three through one shared, batched connection (StateDb).
 """
 
 from __future__ import annotations
@@ -53,8 +53,19 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITH
 """
 
 
-class _Db:
-    def __init__(self, path: Path) -> None:
+class StateDb:
+    """One connection to state.db, shared by the doc states, the audit and the generations of a home.
+
+    `deferred=True` is the write path of a worker that commits per batch: writes accumulate in one
+    transaction that `flush` commits after the stores flushed, so a document's state is never
+    durable before its passages are, and one fsync covers a whole batch. Readers on this connection
+    (the owner's cache reading a generation) see the batch's writes at once; other processes see
+    them at the commit. The three stores must share the connection: separate connections would
+    each want the write lock for the length of a batch. Opening it chains an older home's unchained
+    audit rows first, before any batch can be open.
+    """
+
+    def __init__(self, path: Path, *, deferred: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -63,12 +74,51 @@ class _Db:
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(doc_state)")}
         if "acl_version" not in columns:  # homes written before content and ACL versions were split
             self.conn.execute("ALTER TABLE doc_state ADD COLUMN acl_version INTEGER")
-        self.lock = threading.Lock()
+        _migrate_unchained(self.conn)
+        self.lock = threading.RLock()
+        self.deferred = deferred
+        self._users = 0
+        self._closed = False
+
+    def write(self, sql: str, args: tuple[object, ...]) -> None:
+        """Run one write; deferred, it joins the open batch transaction (opened here if needed)."""
+        with self.lock:
+            if self.deferred and not self.conn.in_transaction:
+                self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(sql, args)
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    def discard(self) -> None:
+        """Drop writes not flushed yet: after a failed store flush, state must not get ahead of the stores."""
+        with self.lock:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+
+    def share(self) -> StateDb:
+        with self.lock:
+            self._users += 1
+        return self
+
+    def release(self) -> None:
+        """Closing rolls back unflushed writes, which redelivery re-applies: never commit a partial batch."""
+        with self.lock:
+            self._users -= 1
+            if self._users <= 0 and not self._closed:
+                self._closed = True
+                self.conn.close()
+
+
+def _db(where: Path | StateDb) -> StateDb:
+    return (where if isinstance(where, StateDb) else StateDb(where)).share()
 
 
 class SqliteDocStates:
-    def __init__(self, path: Path) -> None:
-        self._db = _Db(path)
+    def __init__(self, where: Path | StateDb) -> None:
+        self._db = _db(where)
 
     def states(self) -> list[DocState]:
         with self._db.lock:
@@ -101,7 +151,7 @@ class SqliteDocStates:
 
     def put(self, state: DocState) -> None:
         with self._db.lock:
-            self._db.conn.execute(
+            self._db.write(
                 "INSERT OR REPLACE INTO doc_state(tenant, doc_id, applied_version, deleted, acl, content_version,"
                 " acl_version, content_hash, chunker_version, passage_ids) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -125,8 +175,22 @@ class SqliteDocStates:
             ).fetchall()
         return {str(r[0]) for r in rows}
 
+    def flush(self) -> None:
+        self._db.flush()
+
+    def discard(self) -> None:
+        self._db.discard()
+
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Live (not deleted) documents per tenant, for status."""
+        with self._db.lock:
+            rows = self._db.conn.execute(
+                "SELECT tenant, COUNT(*) FROM doc_state WHERE deleted = 0 GROUP BY tenant"
+            ).fetchall()
+        return {str(tenant): int(n) for tenant, n in rows}
+
     def close(self) -> None:
-        self._db.conn.close()
+        self._db.release()
 
 
 class SqliteDeletionAudit:
@@ -134,10 +198,8 @@ class SqliteDeletionAudit:
     of the one before it (indexer.audit_chain), the head is kept in `meta`, and a redelivered
     deletion adds nothing (event_id is unique)."""
 
-    def __init__(self, path: Path) -> None:
-        self._db = _Db(path)
-        with self._db.lock:
-            _migrate_unchained(self._db.conn)
+    def __init__(self, where: Path | StateDb) -> None:
+        self._db = _db(where)
 
     def _append(
         self,
@@ -157,9 +219,10 @@ class SqliteDeletionAudit:
                 return None
             seq, prev = _head(conn)
             link = make_record(seq + 1, kind, body, prev)
+            # Inside a batch (deferred), the record joins the batch's transaction and is committed with
+            # it; a savepoint keeps a failed append from leaving half a link behind in it.
             outer = conn.in_transaction
-            if not outer:
-                conn.execute("BEGIN IMMEDIATE")
+            conn.execute("SAVEPOINT audit_append" if outer else "BEGIN IMMEDIATE")
             try:
                 conn.execute(
                     "INSERT INTO audit_chain(seq, kind, event_id, tenant, doc_id, store, body, prev_hash, hash)"
@@ -171,10 +234,15 @@ class SqliteDeletionAudit:
                     " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (f"{link.seq}:{link.hash}",),
                 )
-                if not outer:
+                if outer:
+                    conn.execute("RELEASE audit_append")
+                elif not self._db.deferred:
                     conn.execute("COMMIT")
             except BaseException:
-                if not outer:
+                if outer:
+                    conn.execute("ROLLBACK TO audit_append")
+                    conn.execute("RELEASE audit_append")
+                elif conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
             return link.seq
@@ -221,7 +289,7 @@ class SqliteDeletionAudit:
         return links, head
 
     def close(self) -> None:
-        self._db.conn.close()
+        self._db.release()
 
 
 def _head(conn: sqlite3.Connection) -> tuple[int, str]:
@@ -281,8 +349,8 @@ def _migrate_unchained(conn: sqlite3.Connection) -> None:
 
 
 class SqliteGenerations(GenerationSource):
-    def __init__(self, path: Path) -> None:
-        self._db = _Db(path)
+    def __init__(self, where: Path | StateDb) -> None:
+        self._db = _db(where)
 
     def get(self, tenant: str) -> int:
         with self._db.lock:
@@ -291,10 +359,13 @@ class SqliteGenerations(GenerationSource):
 
     def bump(self, tenant: str) -> int:
         with self._db.lock:
-            self._db.conn.execute(
+            self._db.write(
                 "INSERT INTO generations(tenant, generation) VALUES (?, 1)"
                 " ON CONFLICT(tenant) DO UPDATE SET generation = generation + 1",
                 (tenant,),
             )
             row = self._db.conn.execute("SELECT generation FROM generations WHERE tenant = ?", (tenant,)).fetchone()
         return int(row[0])
+
+    def close(self) -> None:
+        self._db.release()

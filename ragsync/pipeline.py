@@ -58,7 +58,14 @@ def sync_source(
     try:
         reindex = needs_reindex(state, connector.name)
         report = asyncio.run(
-            scan(connector, state, publish_durably(components.events), progress=on_scan, force=force or reindex)
+            scan(
+                connector,
+                state,
+                publish_durably(components.events),
+                progress=on_scan,
+                force=force or reindex,
+                publish_many=components.events.publish_many,
+            )
         )
         if not report.errors:  # every document was emitted under this chunker (or was unchanged under it)
             state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
@@ -72,6 +79,9 @@ def sync_source(
         if on_backlog:
             on_backlog(worker.pending())
         stats = worker.drain(on_apply)
+        from ragsync.maintenance import Maintenance
+
+        Maintenance(components).run()
     return SyncReport(report, stats, reindex)
 
 

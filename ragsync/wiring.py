@@ -193,12 +193,25 @@ def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | Non
 
 
 class EmbeddedAdapters:
-    """Everything under RAGSYNC_HOME: SQLite files and the qdrant-edge shard."""
+    """Everything under RAGSYNC_HOME: SQLite files and the qdrant-edge shard.
+
+    The stores are opened for batched writes (`deferred`): the embedded worker flushes them once
+    per applied batch, before it commits the batch's offsets. Doc states, the deletion audit and
+    the cache generations share one connection to state.db, so one commit covers them.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.home = settings.home
         secure_home(self.home)  # 0700, and every file the stores create in it 0600
+        self._state: Any = None
+
+    def _state_db(self) -> Any:
+        from indexer.state import StateDb
+
+        if self._state is None:
+            self._state = StateDb(self.home / "state.db", deferred=True)
+        return self._state
 
     def events(self) -> EventLog:
         from streams.sqlite_log import SqliteEventLog
@@ -208,7 +221,7 @@ class EmbeddedAdapters:
     def lexical(self) -> LexicalIndex:
         from indexer.sqlite_fts import SqliteLexicalIndex
 
-        return SqliteLexicalIndex(self.home / "lexical.db", field_weights(self.settings))
+        return SqliteLexicalIndex(self.home / "lexical.db", field_weights(self.settings), deferred=True)
 
     def embedder(self) -> Embedder | None:
         return build_embedder(self.settings)
@@ -221,17 +234,17 @@ class EmbeddedAdapters:
     def cache(self) -> Cache:
         from indexer.state import SqliteGenerations
 
-        return InProcessCache(generations=SqliteGenerations(self.home / "state.db"))
+        return InProcessCache(generations=SqliteGenerations(self._state_db()))
 
     def docs(self) -> DocStateStore:
         from indexer.state import SqliteDocStates
 
-        return SqliteDocStates(self.home / "state.db")
+        return SqliteDocStates(self._state_db())
 
     def audit(self) -> DeletionAudit:
         from indexer.state import SqliteDeletionAudit
 
-        return SqliteDeletionAudit(self.home / "state.db")
+        return SqliteDeletionAudit(self._state_db())
 
 
 def build_embedded(settings: Settings, *, with_embedder: bool = True) -> Components:

@@ -87,11 +87,23 @@ def handle(
     `vectors` may hold embeddings computed for a whole batch (IndexSink.embed_upserts), and
     `decoded` the record's `try_decode` result when the caller already validated the batch.
     """
+    return apply_record(sink, record, stats, revocation_bound_s, vectors, decoded)[0]
+
+
+def apply_record(
+    sink: IndexSink,
+    record: Record,
+    stats: Stats,
+    revocation_bound_s: float,
+    vectors: Mapping[str, Vectors] | None = None,
+    decoded: Event | InvalidEvent | None = None,
+) -> tuple[str | None, ApplyResult | None]:
+    """`handle`, also returning the sink's result (None for a dead letter) for callers that journal it."""
     event = try_decode(record) if decoded is None else decoded
     if isinstance(event, InvalidEvent):
         stats.dead_lettered += 1
         log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, event)
-        return str(event)
+        return str(event), None
     result = sink.apply(event, (vectors or {}).get(event.event_id))
     stats.add(record.topic, result)
     if event.kind in (EventKind.ACL, EventKind.DELETE) and result.lag_s > revocation_bound_s:
@@ -103,4 +115,4 @@ def handle(
             result.lag_s,
             revocation_bound_s,
         )
-    return None
+    return None, result

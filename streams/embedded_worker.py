@@ -1,20 +1,41 @@
 """The embedded profile's worker: drains the SQLite log through the same sink as Faust.
 
 Revocations first: before every batch of document upserts it drains the ACL and deletion
-topics, so a revocation waits for at most one upsert batch, never for the backlog.
+topics, and an upsert batch gives way as soon as a revocation or deletion arrives: while it is
+embedding (IndexSink.embed_upserts' `interrupt`) nothing of it is applied yet and it is simply
+retried later (the embedding cache keeps what was computed); while it is being applied, the
+records applied so far are flushed and committed and the rest is retried. A revocation therefore
+waits for one embedding call or one document plus a flush, never for the backlog.
+
+Batches are the unit of durability: every record of a batch is applied (visible to queries at
+once), then every store is flushed once, then the batch's offsets are committed together with a
+journal of what each record did. Nothing is acknowledged before it is durable, and a batch costs
+one flush per store instead of one per write. A crash anywhere before the commit re-delivers the
+whole batch, which the sink's versioned, idempotent writes absorb.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from indexer.ports import Vectors
-from indexer.sink import IndexSink
+from indexer.sink import ApplyResult, IndexSink, Outcome, Preempted
 from schemas.events import Event
-from streams.dispatch import InvalidEvent, Stats, handle, try_decode
-from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, EventLog, dead_letter_value
+from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
+from streams.ports import (
+    EVENT_TOPICS,
+    TOPIC_ACL,
+    TOPIC_DELETIONS,
+    TOPIC_DLQ,
+    TOPIC_DOCUMENTS,
+    AppliedEntry,
+    AppliedJournal,
+    EventLog,
+    Record,
+    dead_letter_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +50,7 @@ class EmbeddedWorker:
         *,
         group: str = GROUP,
         batch_size: int = 32,
+        documents_batch_size: int = 256,
         revocation_bound_s: float = 30.0,
         max_retries: int = 5,
         backoff_s: float = 0.5,
@@ -37,59 +59,139 @@ class EmbeddedWorker:
         self.sink = sink
         self.group = group
         self.batch_size = batch_size
+        self.documents_batch_size = documents_batch_size
         self.revocation_bound_s = revocation_bound_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.stats = Stats()
+        self.batches = 0
+        self.preemptions = 0
+        self._journal = events if isinstance(events, AppliedJournal) else None
+
+    def backlog(self) -> dict[str, int]:
+        return {topic: self.events.lag(topic, self.group) for topic in EVENT_TOPICS}
 
     def pending(self) -> int:
-        return sum(self.events.lag(t, self.group) for t in (TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS))
+        return sum(self.backlog().values())
+
+    def revocations_pending(self) -> bool:
+        return self.events.lag(TOPIC_ACL, self.group) + self.events.lag(TOPIC_DELETIONS, self.group) > 0
+
+    def step(self, progress: Callable[[int], None] | None = None) -> int:
+        """One round in priority order: every ACL change, every deletion, then one batch of upserts.
+
+        Returns how many records were applied; an upsert batch that gave way to a revocation counts
+        as work left (the next round applies the revocation, then retries the batch).
+        """
+        moved = self._drain_topic(TOPIC_ACL, None, progress)
+        moved += self._drain_topic(TOPIC_DELETIONS, None, progress)
+        preempted = self.preemptions
+        moved += self._drain_topic(TOPIC_DOCUMENTS, 1, progress)
+        return moved if self.preemptions == preempted else max(moved, 1)
+
+    def drain(
+        self, progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> Stats:
+        """Apply everything in the log (or until `should_stop`, checked between batches)."""
+        while should_stop is None or not should_stop():
+            if self.step(progress) == 0:
+                break
+        return self.stats
 
     def _drain_topic(self, topic: str, max_batches: int | None, progress: Callable[[int], None] | None) -> int:
         done = 0
         batches = 0
+        size = self.documents_batch_size if topic == TOPIC_DOCUMENTS else self.batch_size
         while max_batches is None or batches < max_batches:
-            records = self.events.poll(topic, self.group, self.batch_size)
+            records = self.events.poll(topic, self.group, size)
             if not records:
                 break
             batches += 1
-            decoded = [try_decode(record) for record in records]
-            vectors = self._embed_batch(decoded) if topic == TOPIC_DOCUMENTS else {}
-            for record, event in zip(records, decoded, strict=True):
-                attempt = 0
-                while True:
-                    try:
-                        reason = handle(self.sink, record, self.stats, self.revocation_bound_s, vectors, event)
-                        break
-                    except Exception:
-                        attempt += 1
-                        if attempt > self.max_retries:
-                            # Leave the offset uncommitted: the next run starts again here.
-                            self.events.rewind(topic, self.group)
-                            raise
-                        log.exception("store write failed on %s@%d, retry %d", topic, record.offset, attempt)
-                        time.sleep(self.backoff_s * 2 ** (attempt - 1))
-                if reason is not None:
-                    self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
-                # Commit record by record: nothing is acknowledged before it is durably applied.
-                self.events.commit(self.group, [record])
-                done += 1
-                if progress:
-                    progress(1)
+            applied = self._apply_batch(topic, records)
+            if applied is None:  # gave way to a revocation; nothing was applied
+                break
+            done += applied
+            if progress:
+                progress(applied)
         return done
 
-    def _embed_batch(self, decoded: list[Event | InvalidEvent]) -> dict[str, Vectors]:
-        """One embedding call for the batch's upserts; on any failure each event embeds its own."""
+    def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
+        decoded = [try_decode(record) for record in records]
+        vectors: dict[str, Vectors] = {}
+        if topic == TOPIC_DOCUMENTS:
+            try:
+                vectors = self._embed_batch(decoded)
+            except Preempted:
+                self.events.rewind(topic, self.group)
+                self.preemptions += 1
+                return None
+        done: list[Record] = []
+        entries: list[AppliedEntry] = []
+        for record, event in zip(records, decoded, strict=True):
+            if topic == TOPIC_DOCUMENTS and done and self.revocations_pending():
+                self.preemptions += 1
+                break  # commit what was applied; the rest of the batch is polled again
+            try:
+                reason, result = self._apply_with_retries(record, event, vectors)
+            except Exception:
+                # Acknowledge what was applied before the failing record; it stays uncommitted.
+                self._commit(topic, done, entries)
+                raise
+            if reason is not None:
+                self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
+            entries.append(_entry(record, event, result))
+            done.append(record)
+        self._commit(topic, done, entries)
+        return len(done)
+
+    def _apply_with_retries(
+        self, record: Record, event: Event | InvalidEvent, vectors: dict[str, Vectors]
+    ) -> tuple[str | None, ApplyResult | None]:
+        attempt = 0
+        while True:
+            try:
+                return apply_record(self.sink, record, self.stats, self.revocation_bound_s, vectors, event)
+            except Exception:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise
+                log.exception("store write failed on %s@%d, retry %d", record.topic, record.offset, attempt)
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+
+    def _commit(self, topic: str, records: Sequence[Record], entries: Sequence[AppliedEntry]) -> None:
+        """Flush every store, then acknowledge: the order that makes "committed" mean "durable"."""
         try:
-            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)])
+            if records:
+                self.sink.flush()
+                if self._journal is not None:
+                    self._journal.commit_applied(self.group, records, entries)
+                else:
+                    self.events.commit(self.group, list(records))
+                self.batches += 1
+        finally:
+            # Whatever was not committed is polled again from the committed offset.
+            self.events.rewind(topic, self.group)
+
+    def _embed_batch(self, decoded: list[Event | InvalidEvent]) -> dict[str, Vectors]:
+        """One embedding pass for the batch's upserts; on a model failure each event embeds its own."""
+        try:
+            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)], self.revocations_pending)
+        except Preempted:
+            raise
         except Exception:
             log.exception("batch embedding failed; embedding event by event")
             return {}
 
-    def drain(self, progress: Callable[[int], None] | None = None) -> Stats:
-        while True:
-            moved = self._drain_topic(TOPIC_ACL, None, progress)
-            moved += self._drain_topic(TOPIC_DELETIONS, None, progress)
-            moved += self._drain_topic(TOPIC_DOCUMENTS, 1, progress)
-            if moved == 0:
-                return self.stats
+
+def _entry(record: Record, event: Event | InvalidEvent, result: ApplyResult | None) -> AppliedEntry:
+    if result is None or isinstance(event, InvalidEvent):
+        return AppliedEntry(record.topic, record.offset, None, "dead_letter")
+    return AppliedEntry(
+        record.topic,
+        record.offset,
+        event.event_id,
+        "stale" if result.outcome is Outcome.STALE else "applied",
+        result.passages_written,
+        result.passages_embedded,
+        result.lag_s,
+    )

@@ -135,7 +135,7 @@ class Indexer:
         attempt = 0
         while True:
             try:
-                return await asyncio.to_thread(handle, self.sink, record, stats, self.revocation_bound_s)
+                return await asyncio.to_thread(self._apply_durably, record, stats)
             except Exception:
                 attempt += 1
                 delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
@@ -148,6 +148,12 @@ class Indexer:
                     delay,
                 )
                 await asyncio.sleep(delay)
+
+    def _apply_durably(self, record: Record, stats: Stats) -> str | None:
+        """Apply, then flush the stores: the agent acks the record right after this returns."""
+        reason = handle(self.sink, record, stats, self.revocation_bound_s)
+        self.sink.flush()
+        return reason
 
     def summary(self) -> str:
         return ", ".join(

@@ -7,9 +7,9 @@ comes from the indexer's idempotent, versioned writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from schemas.events import Event, EventKind
 
@@ -47,6 +47,9 @@ class EventLog(Protocol):
     def publish_raw(self, topic: str, key: str, value: bytes) -> None:
         """Append bytes as they are (dead letters, and tests of malformed input)."""
 
+    def publish_many(self, events: Sequence[Event]) -> None:
+        """Append every event in order; all are durable when it returns (one sync for the batch)."""
+
     def flush(self) -> None:
         """Block until every published record is durable."""
 
@@ -63,6 +66,39 @@ class EventLog(Protocol):
         """Records not yet committed by the group."""
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEntry:
+    """What applying one record did: a worker journals it with the offset commit that acknowledges it."""
+
+    topic: str
+    offset: int
+    event_id: str | None  # None for a record that was not a valid event (dead-lettered)
+    outcome: str  # "applied" | "stale" | "dead_letter"
+    passages_written: int = 0
+    passages_embedded: int = 0
+    lag_s: float = 0.0
+
+
+@runtime_checkable
+class AppliedJournal(Protocol):
+    """A log that can keep, atomically with a group's offset commit, what applying each record did.
+
+    This is what lets a publisher in another process wait for its own events and report what
+    became of them (`ragsync sync` while `ragsync serve` applies): the embedded log has it.
+    """
+
+    def commit_applied(self, group: str, records: Sequence[Record], entries: Sequence[AppliedEntry]) -> None: ...
+
+    def applied(self, group: str, topic: str, start: int, end: int) -> list[AppliedEntry]:
+        """Journal entries of the topic's offsets in [start, end)."""
+
+    def end_offsets(self, topics: Sequence[str]) -> dict[str, int]:
+        """Next offset of each topic (what a publisher waits for)."""
+
+    def committed_offsets(self, group: str) -> dict[str, int]:
+        """Next offset the group will apply, per topic."""
 
 
 def publish_durably(events: EventLog) -> Callable[[Event], None]:

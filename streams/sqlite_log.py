@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from schemas.events import Event
-from streams.ports import Record, topic_for
+from streams.ports import AppliedEntry, Record, topic_for
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -28,7 +30,23 @@ CREATE TABLE IF NOT EXISTS group_offsets (
     next_offset INTEGER NOT NULL,
     PRIMARY KEY (grp, topic)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS applied (
+    grp TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    event_id TEXT,
+    outcome TEXT NOT NULL,
+    passages_written INTEGER NOT NULL,
+    passages_embedded INTEGER NOT NULL,
+    lag_ms INTEGER NOT NULL,
+    applied_ms INTEGER NOT NULL,
+    PRIMARY KEY (grp, topic, offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS applied_by_time ON applied(applied_ms);
 """
+
+JOURNAL_RETENTION_S = 7 * 24 * 3600.0
+"""How long what applying a record did stays readable (a waiting `sync` needs seconds of it)."""
 
 
 class SqliteEventLog:
@@ -64,7 +82,7 @@ class SqliteEventLog:
                 self._conn.execute("ROLLBACK")
                 raise
 
-    def publish_many(self, events: list[Event]) -> None:
+    def publish_many(self, events: Sequence[Event]) -> None:
         """One transaction for a batch: a connector's full scan costs one fsync, not thousands."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -121,6 +139,74 @@ class SqliteEventLog:
                     "ON CONFLICT(grp, topic) DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)",
                     (group, topic, last + 1),
                 )
+
+    def commit_applied(self, group: str, records: Sequence[Record], entries: Sequence[AppliedEntry]) -> None:
+        """The offset commit and the journal of what was applied, in one transaction (one fsync per batch)."""
+        if not records:
+            return
+        by_topic: dict[str, int] = {}
+        for record in records:
+            by_topic[record.topic] = max(by_topic.get(record.topic, -1), record.offset)
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for topic, last in by_topic.items():
+                    self._conn.execute(
+                        "INSERT INTO group_offsets(grp, topic, next_offset) VALUES (?, ?, ?) ON CONFLICT(grp, topic)"
+                        " DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)",
+                        (group, topic, last + 1),
+                    )
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO applied(grp, topic, offset, event_id, outcome, passages_written,"
+                    " passages_embedded, lag_ms, applied_ms) VALUES (?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            group,
+                            e.topic,
+                            e.offset,
+                            e.event_id,
+                            e.outcome,
+                            e.passages_written,
+                            e.passages_embedded,
+                            int(e.lag_s * 1000),
+                            now_ms,
+                        )
+                        for e in entries
+                    ],
+                )
+                self._conn.execute(
+                    "DELETE FROM applied WHERE applied_ms < ?", (now_ms - int(JOURNAL_RETENTION_S * 1000),)
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def applied(self, group: str, topic: str, start: int, end: int) -> list[AppliedEntry]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT offset, event_id, outcome, passages_written, passages_embedded, lag_ms FROM applied"
+                " WHERE grp = ? AND topic = ? AND offset >= ? AND offset < ? ORDER BY offset",
+                (group, topic, start, end),
+            ).fetchall()
+        return [AppliedEntry(topic, r[0], r[1], r[2], r[3], r[4], r[5] / 1000) for r in rows]
+
+    def end_offsets(self, topics: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            return {
+                topic: int(
+                    self._conn.execute(
+                        "SELECT COALESCE(MAX(offset) + 1, 0) FROM records WHERE topic = ?", (topic,)
+                    ).fetchone()[0]
+                )
+                for topic in topics
+            }
+
+    def committed_offsets(self, group: str) -> dict[str, int]:
+        with self._lock:
+            rows = self._conn.execute("SELECT topic, next_offset FROM group_offsets WHERE grp = ?", (group,)).fetchall()
+        return {str(topic): int(offset) for topic, offset in rows}
 
     def rewind(self, topic: str, group: str) -> None:
         with self._lock:

@@ -1,0 +1,119 @@
+"""Work the owner of an embedded home does when the event log is empty, one bounded step at a time.
+
+Each step is short (one embedding call, a few hundred pages of FTS5 merging), runs on the worker's
+thread, and is only taken when no event waits, so it never delays a revocation by more than one
+step. In order:
+
+1. Dense backfill: passages a sync wrote while no embedding model was loaded have no vector, so
+   dense retrieval cannot find them. Once a model is loaded they are embedded, in storage order,
+   with the ACL and dates they carry in the lexical store right now.
+2. FTS5 segment merging (the batched write path leaves one segment per batch and turns automatic
+   merging off).
+3. HNSW: once enough points changed and no query ran for a moment, qdrant-edge's `optimize`
+   builds the index where its thresholds say a segment is large enough. It holds the GIL while it
+   builds, so the whole process waits; hence only when idle, and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from indexer.payload import point_id
+from indexer.qdrant_edge import EdgeVectorIndex
+from indexer.sink import embedding_text
+from indexer.sqlite_fts import SqliteLexicalIndex
+from ragsync.wiring import Components
+
+log = logging.getLogger(__name__)
+
+BACKFILL_STEP = 32
+OPTIMIZE_AFTER_CHANGED = 2_000
+QUIET_BEFORE_OPTIMIZE_S = 2.0
+
+
+@dataclass
+class DenseGap:
+    passages: int  # in the lexical store
+    vectors: int  # in the vector store
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.passages - self.vectors)
+
+
+def dense_gap(components: Components) -> DenseGap | None:
+    """Passages against vectors, or None when the stores cannot say (cluster) or dense is off."""
+    lexical, vector = components.lexical, components.vector
+    if not isinstance(lexical, SqliteLexicalIndex) or not isinstance(vector, EdgeVectorIndex):
+        return None
+    by_tenant = lexical.counts_by_tenant()
+    return DenseGap(sum(by_tenant.values()), sum(vector.count(tenant) for tenant in by_tenant))
+
+
+class Maintenance:
+    def __init__(self, components: Components, *, optimize_after: int = OPTIMIZE_AFTER_CHANGED) -> None:
+        self.components = components
+        self.optimize_after = optimize_after
+        self._cursor = 0
+        gap = dense_gap(components)
+        self._backfill = gap is not None and gap.missing > 0
+        self.backfilled = 0
+        if self._backfill and gap is not None:
+            log.warning("%d passages have no vector yet (synced without a model): embedding them", gap.missing)
+
+    def step(self) -> bool:
+        """Do one bounded piece of work; False when there is nothing left to do."""
+        return self._backfill_step() or self._merge_step() or self._optimize_step()
+
+    def run(self) -> None:
+        while self.step():
+            pass
+
+    def _backfill_step(self) -> bool:
+        if not self._backfill:
+            return False
+        lexical, vector, embedder = self.components.lexical, self.components.vector, self.components.embedder
+        if not isinstance(lexical, SqliteLexicalIndex) or not isinstance(vector, EdgeVectorIndex) or not embedder:
+            self._backfill = False
+            return False
+        rows = lexical.passages_after(self._cursor, BACKFILL_STEP)
+        if not rows:
+            self._backfill = False
+            log.info("dense backfill done: %d passages embedded", self.backfilled)
+            return False
+        by_point = {point_id(p.tenant, p.passage_id): p for _, p in rows}
+        present = vector.point_ids(list(by_point))
+        missing = [p for pid, p in by_point.items() if pid not in present]
+        if missing:
+            vector.upsert(missing, embedder.embed([embedding_text(p) for p in missing]))
+            vector.flush()
+            self.backfilled += len(missing)
+        self._cursor = rows[-1][0]
+        return True
+
+    def _merge_step(self) -> bool:
+        lexical = self.components.lexical
+        return isinstance(lexical, SqliteLexicalIndex) and lexical.merge_step()
+
+    def _optimize_step(self) -> bool:
+        if "vector" not in self.components.opened():
+            return False
+        vector = self.components.vector
+        if not isinstance(vector, EdgeVectorIndex) or vector.changed_since_optimize < self.optimize_after:
+            return False
+        if time.monotonic() - vector.last_search_at < QUIET_BEFORE_OPTIMIZE_S:
+            return False
+        started = time.perf_counter()
+        points, _ = vector.indexed()
+        changed = vector.optimize()
+        if changed:
+            _, indexed = vector.indexed()
+            log.warning(
+                "vector index optimized in %.1fs: %d of %d points in HNSW",
+                time.perf_counter() - started,
+                indexed,
+                points,
+            )
+        return False

@@ -1,0 +1,183 @@
+"""The batched embedded write path: one flush per batch, offsets only after it, revocations first.
+
+Real stores throughout (SQLite FTS5, qdrant-edge, SQLite state and log); failures are injected
+by subclassing a real adapter, never by replacing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_indexing import STAFF, acl, texts, upsert
+
+from indexer.cache import InProcessCache
+from indexer.qdrant_edge import EdgeVectorIndex
+from indexer.sink import IndexSink
+from indexer.sqlite_fts import SqliteLexicalIndex
+from indexer.state import SqliteDeletionAudit, SqliteDocStates, SqliteGenerations, StateDb
+from streams.embedded_worker import GROUP, EmbeddedWorker
+from streams.ports import TOPIC_ACL, TOPIC_DOCUMENTS
+from streams.sqlite_log import SqliteEventLog
+
+
+class Journal:
+    """Order of the operations that matter for durability, across stores and the log."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+
+class RecordingLexical(SqliteLexicalIndex):
+    def __init__(self, path: Path, journal: Journal, fail_flush: int = 0) -> None:
+        super().__init__(path, deferred=True)
+        self.journal = journal
+        self.fail_flush = fail_flush
+
+    def flush(self) -> None:
+        if self.fail_flush > 0:
+            self.fail_flush -= 1
+            raise OSError("disk full")
+        self.journal.calls.append("lexical.flush")
+        super().flush()
+
+
+class RecordingLog(SqliteEventLog):
+    def __init__(self, path: Path, journal: Journal) -> None:
+        super().__init__(path)
+        self.journal = journal
+
+    def commit_applied(self, group: str, records: Any, entries: Any) -> None:
+        self.journal.calls.append(f"commit:{len(records)}")
+        super().commit_applied(group, records, entries)
+
+
+class FakeEmbedder:
+    """A deterministic stand-in for the model (no dense quality is tested here), with a hook per call."""
+
+    model_name = "fake"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.on_call: Any = None
+
+    def embed(self, items: Any) -> np.ndarray:
+        self.calls += 1
+        if self.on_call is not None:
+            self.on_call(self.calls)
+        rows = np.ones((len(items), self.dim), dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]  # type: ignore[no-any-return]
+
+
+def home(tmp: Path, journal: Journal, *, fail_flush: int = 0, embedder: Any = None) -> dict[str, Any]:
+    state = StateDb(tmp / "state.db", deferred=True)
+    lexical = RecordingLexical(tmp / "lexical.db", journal, fail_flush)
+    vector = EdgeVectorIndex(tmp / "vectors", FakeEmbedder.dim) if embedder is not None else None
+    docs = SqliteDocStates(state)
+    sink = IndexSink(
+        lexical,
+        vector,
+        embedder,
+        docs,
+        SqliteDeletionAudit(state),
+        InProcessCache(generations=SqliteGenerations(state)),
+    )
+    log = RecordingLog(tmp / "events.db", journal)
+    return {"sink": sink, "lexical": lexical, "vector": vector, "docs": docs, "log": log, "state": state}
+
+
+def test_one_flush_per_batch_and_offsets_only_after_it(tmp_path: Path) -> None:
+    journal = Journal()
+    h = home(tmp_path, journal)
+    h["log"].publish_many([upsert(1, f"Alpha fact number {i}.", doc=f"t:d{i}.md") for i in range(10)])
+    stats = EmbeddedWorker(h["log"], h["sink"], documents_batch_size=4).drain()
+    assert stats.applied == 10
+    assert journal.calls == ["lexical.flush", "commit:4"] * 2 + ["lexical.flush", "commit:2"]
+    entries = h["log"].applied(GROUP, TOPIC_DOCUMENTS, 0, 100)
+    assert [e.offset for e in entries] == list(range(10))
+    assert {e.outcome for e in entries} == {"applied"} and all(e.passages_written == 1 for e in entries)
+
+
+def test_a_failed_flush_acknowledges_nothing_and_state_never_runs_ahead(tmp_path: Path) -> None:
+    journal = Journal()
+    h = home(tmp_path, journal, fail_flush=1)
+    h["log"].publish_many([upsert(1, f"Beta fact number {i}.", doc=f"t:d{i}.md") for i in range(3)])
+    with pytest.raises(OSError, match="disk full"):
+        EmbeddedWorker(h["log"], h["sink"], max_retries=0).drain()
+    assert h["log"].lag(TOPIC_DOCUMENTS, GROUP) == 3, "nothing committed"
+    assert h["docs"].get("acme", "t:d0.md") is None, "the batch's states were discarded with the failed flush"
+    # Restart on the same files: everything is applied again, once.
+    stats = EmbeddedWorker(h["log"], h["sink"]).drain()
+    assert stats.applied == 3 and h["log"].lag(TOPIC_DOCUMENTS, GROUP) == 0
+    assert h["lexical"].count("acme") == 3
+
+
+def test_unflushed_writes_are_not_durable_and_flushed_ones_are(tmp_path: Path) -> None:
+    from conftest import make_passage
+
+    lexical = SqliteLexicalIndex(tmp_path / "lex.db", deferred=True)
+    lexical.upsert([make_passage("kept after flush", anchor="a-1")])
+    lexical.flush()
+    lexical.upsert([make_passage("lost without flush", anchor="b-1")])
+    assert lexical.count("acme") == 2, "visible at once to the writer's own searches"
+    lexical.close()
+    reopened = SqliteLexicalIndex(tmp_path / "lex.db", deferred=True)
+    assert [h.passage.text for h in reopened.search("flush", STAFF, 10, 0.0)] == ["kept after flush"]
+    reopened.close()
+
+
+def test_background_merge_finishes(tmp_path: Path) -> None:
+    from conftest import make_passage
+
+    lexical = SqliteLexicalIndex(tmp_path / "lex.db", deferred=True)
+    for i in range(40):  # one segment per flushed batch
+        lexical.upsert([make_passage(f"segment text {i}", anchor=f"s{i}-1", doc_id=f"t:d{i}.md")])
+        lexical.flush()
+    steps = 0
+    while lexical.merge_step(pages=64):
+        steps += 1
+        assert steps < 1000
+    assert steps >= 1, "forty segments left something to merge"
+    assert len(lexical.search("segment text", STAFF, 100, 0.0)) == 40
+    lexical.close()
+
+
+def test_upserts_being_embedded_give_way_to_a_revocation(tmp_path: Path) -> None:
+    """A revocation published while a large upsert batch embeds is applied before that batch."""
+    journal = Journal()
+    embedder = FakeEmbedder()
+    h = home(tmp_path, journal, embedder=embedder)
+    log: SqliteEventLog = h["log"]
+    log.publish(upsert(1, "Secret roadmap for the next year.", doc="t:roadmap.md"))
+    EmbeddedWorker(log, h["sink"]).drain()
+    # 80 documents of 1 passage: three embedding calls of 32 texts.
+    log.publish_many([upsert(1, f"Gamma fact number {i}.", doc=f"t:g{i}.md") for i in range(80)])
+    other = SqliteEventLog(tmp_path / "events.db")  # another process's publisher
+    order: list[str] = []
+
+    def revoke_during_first_call(call: int) -> None:
+        if call == 2:
+            other.publish(acl(2, ("group:board",), doc="t:roadmap.md"))
+            order.append("revocation published")
+
+    embedder.on_call = revoke_during_first_call
+    original = h["sink"].apply
+
+    def spy(event: Any, *args: Any) -> Any:
+        order.append(event.kind.value)
+        return original(event, *args)
+
+    h["sink"].apply = spy
+    worker = EmbeddedWorker(log, h["sink"])
+    stats = worker.drain()
+    assert order[:2] == ["revocation published", "acl"], "the ACL change went before any of the 80 upserts"
+    assert worker.preemptions >= 1 and stats.applied == 81
+    assert texts(h["lexical"], "secret roadmap") == []
+    assert log.lag(TOPIC_ACL, GROUP) == 0 and log.lag(TOPIC_DOCUMENTS, GROUP) == 0
+    assert h["vector"].count("acme") == h["lexical"].count("acme") == 81
