@@ -251,11 +251,13 @@ def create_app(
     *,
     registry: CollectorRegistry | None = None,
     checks: Mapping[str, Check] | None = None,
+    readiness_details: Callable[[], Mapping[str, Any]] | None = None,
 ) -> FastAPI:
     """The API over one QueryWorker made by worker_factory; the caller owns and closes its stores.
 
     `registry` receives the ask metrics (the caller serves it to operators); `checks` are the
-    readiness checks /readyz runs besides "the query worker is built".
+    readiness checks /readyz runs besides "the query worker is built"; `readiness_details` adds
+    figures to its body (the embedded owner: which stores are open, the backlog per topic).
     """
     holder = _LazyWorker(worker_factory)
     registry = registry if registry is not None else CollectorRegistry()
@@ -358,7 +360,10 @@ def create_app(
                 problem = f"check failed: {type(exc).__name__}"
             results[name] = "ok" if problem is None else problem
         ready = all(v == "ok" for v in results.values())
-        return JSONResponse({"status": "ready" if ready else "not ready", "checks": results}, 200 if ready else 503)
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", "checks": results}
+        if readiness_details is not None:
+            body.update(await run_in_threadpool(readiness_details))
+        return JSONResponse(body, 200 if ready else 503)
 
     # The request schema appears under components once; the route refers to it (see openapi_extra above).
     original_openapi = app.openapi

@@ -1,10 +1,20 @@
-"""The main job as functions the CLI, the demo and the tests share: sync a folder, ask a question."""
+"""The main job as functions the CLI, the owner, the demo and the tests share.
+
+A sync is two halves that may run in different processes:
+
+- `publish_source` scans a source and publishes its changes into the event log. It opens the log
+  and the connector state, nothing else, so it runs beside a `ragsync serve` that owns the stores.
+- applying: whoever owns the home drains the log into the stores, the owner's worker while one
+  runs (`wait_applied` follows its progress through the log's journal), else the syncing process
+  itself, which then owns the home for as long as it applies (`apply_events`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +23,13 @@ from connectors.drive import DriveConnector
 from connectors.scan import ScanReport, scan
 from connectors.state import ConnectorState
 from indexer.chunker import CHUNKER_VERSION
+from ragsync.home_lock import scan_lock
+from ragsync.sync_history import SyncHistory, SyncRun, now_ms
 from ragsync.wiring import Components
+from schemas.events import Event
 from streams.dispatch import Stats
-from streams.embedded_worker import EmbeddedWorker
-from streams.ports import publish_durably
+from streams.embedded_worker import GROUP, EmbeddedWorker
+from streams.ports import EVENT_TOPICS, AppliedJournal, publish_durably, topic_for
 
 
 @dataclass
@@ -24,6 +37,21 @@ class SyncReport:
     scan: ScanReport
     stats: Stats | None
     reindexed: bool
+
+
+@dataclass
+class Published:
+    """What one scan put into the log: its events by topic, inside these offset ranges."""
+
+    scan: ScanReport
+    reindexed: bool
+    start: dict[str, int] = field(default_factory=dict)
+    end: dict[str, int] = field(default_factory=dict)
+    event_ids: dict[str, set[str]] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return sum(len(ids) for ids in self.event_ids.values())
 
 
 def needs_reindex(state: ConnectorState, source: str) -> bool:
@@ -39,6 +67,143 @@ def needs_reindex(state: ConnectorState, source: str) -> bool:
     return recorded != CHUNKER_VERSION
 
 
+def publish_source(
+    components: Components,
+    connector: SourceConnector,
+    *,
+    force: bool = False,
+    allow_deletes: bool = True,
+    name: str | None = None,
+    on_scan: Callable[[int], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
+) -> Published:
+    """Scan a source into the event log; every event is durable before the connector records it."""
+    home = components.settings.home
+    events = components.events
+    journal = events if isinstance(events, AppliedJournal) else None
+    with scan_lock(home, connector.name, on_wait=on_wait):
+        start = journal.end_offsets(EVENT_TOPICS) if journal else {}
+        ids: dict[str, set[str]] = {}
+
+        def note(batch: list[Event]) -> None:
+            for event in batch:
+                ids.setdefault(topic_for(event), set()).add(event.event_id)
+
+        def publish_one(event: Event) -> None:
+            publish_durably(events)(event)
+            note([event])
+
+        def publish_many(batch: Any) -> None:
+            events.publish_many(batch)
+            note(list(batch))
+
+        state = ConnectorState(home / "connectors.db")
+        started = now_ms()
+        try:
+            reindex = needs_reindex(state, connector.name)
+            report = asyncio.run(
+                scan(
+                    connector,
+                    state,
+                    publish_one,
+                    progress=on_scan,
+                    force=force or reindex,
+                    publish_many=publish_many,
+                    allow_deletes=allow_deletes,
+                )
+            )
+            if not report.errors:  # every document was emitted under this chunker (or was unchanged under it)
+                state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
+        finally:
+            state.close()
+        history = SyncHistory(home / "connectors.db")
+        try:
+            history.record(SyncRun(connector.name, name or connector.name, started, now_ms(), allow_deletes, report))
+        finally:
+            history.close()
+        end = journal.end_offsets(EVENT_TOPICS) if journal else {}
+    return Published(report, reindex, start, end, ids)
+
+
+def apply_events(
+    components: Components,
+    *,
+    on_apply: Callable[[int], None] | None = None,
+    on_backlog: Callable[[int], None] | None = None,
+) -> Stats:
+    """Drain the log into the stores, then do the idle maintenance; the caller owns the home."""
+    from ragsync.maintenance import Maintenance
+
+    worker = EmbeddedWorker(
+        components.events,
+        components.sink(),
+        revocation_bound_s=components.settings.revocation_bound_s,
+        documents_batch_size=components.settings.index_batch_size,
+    )
+    if on_backlog:
+        on_backlog(worker.pending())
+    stats = worker.drain(on_apply)
+    Maintenance(components).run()
+    return stats
+
+
+def wait_applied(
+    components: Components,
+    published: Published,
+    *,
+    owner_alive: Callable[[], bool],
+    on_progress: Callable[[int, int], None] | None = None,
+    poll_s: float = 0.1,
+) -> Stats | None:
+    """Wait until the owner applied every event of `published`; its stats, or None if the owner went away.
+
+    Progress is (applied, total) in records of the ranges this scan published into.
+    """
+    events = components.events
+    if not isinstance(events, AppliedJournal):
+        raise TypeError("waiting for an owner needs a log that journals what it applied")
+    topics = [t for t in EVENT_TOPICS if published.event_ids.get(t)]
+    total = sum(published.end[t] - published.start[t] for t in topics)
+    last_alive_check = time.monotonic()
+    while True:
+        committed = events.committed_offsets(GROUP)
+        done = sum(min(committed.get(t, 0), published.end[t]) - published.start[t] for t in topics)
+        if on_progress:
+            on_progress(max(0, done), total)
+        if all(committed.get(t, 0) >= published.end[t] for t in topics):
+            return applied_stats(components, published)
+        if time.monotonic() - last_alive_check > 1.0:
+            if not owner_alive():
+                return None
+            last_alive_check = time.monotonic()
+        time.sleep(poll_s)
+
+
+def applied_stats(components: Components, published: Published) -> Stats:
+    """What became of this scan's events, from the journal the owner wrote with each offset commit."""
+    events = components.events
+    assert isinstance(events, AppliedJournal)
+    stats = Stats()
+    for topic, ids in published.event_ids.items():
+        seen: set[str] = set()
+        for entry in events.applied(GROUP, topic, published.start[topic], published.end[topic]):
+            if entry.event_id not in ids or entry.event_id in seen:
+                continue
+            seen.add(entry.event_id)
+            stats.by_topic[topic] = stats.by_topic.get(topic, 0) + 1
+            if entry.outcome == "stale":
+                stats.stale += 1
+            elif entry.outcome == "dead_letter":
+                stats.dead_lettered += 1
+            else:
+                stats.applied += 1
+                stats.passages_written += entry.passages_written
+                stats.passages_embedded += entry.passages_embedded
+                if topic != "documents":
+                    stats.max_revocation_lag_s = max(stats.max_revocation_lag_s, entry.lag_s)
+    return stats
+
+
 def sync_source(
     components: Components,
     connector: SourceConnector,
@@ -49,40 +214,13 @@ def sync_source(
     on_apply: Callable[[int], None] | None = None,
     on_backlog: Callable[[int], None] | None = None,
 ) -> SyncReport:
-    """Scan a source into the event log, then (embedded profile) drain the log into the stores.
+    """Publish, then (embedded, `apply`) drain the log in this process, which must own the home.
 
-    Every event is durable before the connector records it as emitted. In the cluster profile
-    `apply=False`: the Faust workers consume what the scan published.
+    In the cluster profile `apply=False`: the Faust workers consume what the scan published.
     """
-    state = ConnectorState(components.settings.home / "connectors.db")
-    try:
-        reindex = needs_reindex(state, connector.name)
-        report = asyncio.run(
-            scan(
-                connector,
-                state,
-                publish_durably(components.events),
-                progress=on_scan,
-                force=force or reindex,
-                publish_many=components.events.publish_many,
-            )
-        )
-        if not report.errors:  # every document was emitted under this chunker (or was unchanged under it)
-            state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
-    finally:
-        state.close()
-    stats = None
-    if apply:
-        worker = EmbeddedWorker(
-            components.events, components.sink(), revocation_bound_s=components.settings.revocation_bound_s
-        )
-        if on_backlog:
-            on_backlog(worker.pending())
-        stats = worker.drain(on_apply)
-        from ragsync.maintenance import Maintenance
-
-        Maintenance(components).run()
-    return SyncReport(report, stats, reindex)
+    published = publish_source(components, connector, force=force, on_scan=on_scan)
+    stats = apply_events(components, on_apply=on_apply, on_backlog=on_backlog) if apply else None
+    return SyncReport(published.scan, stats, published.reindexed)
 
 
 def sync_folder(components: Components, root: Path, name: str | None = None, **options: Any) -> SyncReport:

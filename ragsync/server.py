@@ -188,6 +188,7 @@ def server_app(
     registry: CollectorRegistry | None = None,
     checks: Mapping[str, Check] | None = None,
     metrics_on_app: bool = False,
+    readiness_details: Callable[[], Mapping[str, Any]] | None = None,
 ) -> FastAPI:
     """The public app: /v1/ask, /healthz, /readyz, /openapi.json, /docs and, for each configured webhook
     source (`[webhooks.<source>]`), POST /v1/webhooks/{source}. `registry` collects its metrics for the
@@ -200,7 +201,7 @@ def server_app(
     event_metrics = EventLogCollector(lambda: components.events)
     registry.register(event_metrics)
     _LIVE.setdefault(registry, []).append(event_metrics)
-    app = create_app(components.query_worker, registry=registry, checks=checks)
+    app = create_app(components.query_worker, registry=registry, checks=checks, readiness_details=readiness_details)
     latency = Histogram(
         "ragsync_http_request_duration_seconds",
         "HTTP requests by method, route template and status.",
@@ -338,6 +339,7 @@ def run_server(
     *,
     listener: Listener | None = None,
     checks: Mapping[str, Check] | None = None,
+    readiness_details: Callable[[], Mapping[str, Any]] | None = None,
     configure: Callable[[FastAPI], None] | None = None,
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
@@ -346,16 +348,16 @@ def run_server(
     """Serve until Ctrl-C or SIGTERM (both shut down gracefully, running the app's lifespan shutdown):
     the API on host:port (or an already bound `listener`) and operator metrics on their own listener.
 
-    `checks` are added to /readyz; `configure` may add routes or wrap the lifespan (the home's owner
-    does) before serving. Raises SettingsError, before anything is served, for an unusable address or
-    a metrics exposure without credential.
+    `checks` are added to /readyz (and `readiness_details` to its body); `configure` may add routes or
+    wrap the lifespan (the home's owner does) before serving. Raises SettingsError, before anything is
+    served, for an unusable address or a metrics exposure without credential.
     """
     import uvicorn
 
     settings = components.settings
     check_metrics_exposure(settings)
     registry = new_registry()
-    app = server_app(components, registry=registry, checks=checks)
+    app = server_app(components, registry=registry, checks=checks, readiness_details=readiness_details)
     if configure is not None:
         configure(app)
     api = listener if listener is not None else bind(host, port)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
+from ragsync.sources import SourceSettings
 from schemas.instants import Instant
 
 __all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "config_file", "load_settings"]
@@ -107,6 +108,7 @@ class Settings(BaseSettings):
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True
     revocation_bound_s: float = 30.0
+    index_batch_size: int = Field(default=256, ge=1)  # upserts per indexer batch: one flush and commit each
 
     metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
     metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener
@@ -129,6 +131,8 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = None
     citations: Literal["claims", "native"] = "claims"
     """How the Anthropic model cites: a claim schema in a tool call, or the API's native citations."""
+
+    sources: list[SourceSettings] = Field(default_factory=list)  # [[sources]]: synced on schedule by `serve`
 
     @field_validator("jwks_file")
     @classmethod

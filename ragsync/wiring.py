@@ -165,7 +165,20 @@ class Components:
             ),
         )
 
+    def flush(self) -> None:
+        """Make what was written through these ports durable, stores first and doc states last (the
+        order IndexSink.flush keeps). The embedded worker flushes per batch; this is for the rest."""
+        for name in ("vector", "lexical", "docs"):
+            port = self.__dict__.get(name)
+            if port is not None:
+                port.flush()
+
     def close(self) -> None:
+        """Flush (best effort), then close every adapter opened."""
+        try:
+            self.flush()
+        except Exception:  # a store that cannot flush keeps its writes out; redelivery re-applies them
+            log.warning("flush before close failed", exc_info=True)
         for closer in reversed([*self._opened, *self.closers]):
             try:
                 closer.close()

@@ -46,7 +46,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Components]]:
         made.append(components)
         return components
 
-    for module in ("sync", "ask", "audit", "service"):
+    for module in ("sync", "owned", "audit", "service"):  # ask builds through commands.owned
         monkeypatch.setattr(f"ragsync.commands.{module}.build", recording_build)
     yield made
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -12,7 +12,6 @@ from query.as_of import parse_as_of
 from query.tokens import InvalidToken
 from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, fail, settings_of
 from ragsync.settings import Settings
-from ragsync.wiring import build
 
 
 def parse_as_of_option(value: str | None) -> datetime | None:
@@ -49,6 +48,9 @@ def ask(ctx: click.Context, question: str, token: str, as_of: str | None, as_jso
     Exit status: 0 answered or abstained; 1 nothing indexed yet; 2 invalid token, settings or
     --as-of, or bad usage.
     """
+    from ragsync.commands.owned import stores_or_owner
+    from ragsync.owner_client import OwnerClient, OwnerRefused, OwnerUnreachable
+
     settings = settings_of(ctx)
     instant = parse_as_of_option(as_of)
     if nothing_indexed(settings):
@@ -57,29 +59,37 @@ def ask(ctx: click.Context, question: str, token: str, as_of: str | None, as_jso
             "or point --home / RAGSYNC_HOME at an existing home",
             EXIT_FAILED,
         )
-    components = build(settings)
-    try:
-        worker = components.query_worker()
-        try:
-            result = worker.ask_with_token(token, question, instant)
-        except InvalidToken as exc:
-            fail(f"invalid session token: {exc}", EXIT_USAGE)
-    finally:
-        components.close()
-    payload: dict[str, Any] = result.public()
-    if show_trace:
-        payload["trace"] = result.trace.model_dump(mode="json")
+    payload: dict[str, Any]
+    with stores_or_owner(settings, "ask") as stores:
+        if isinstance(stores, OwnerClient):  # `ragsync serve` owns the home: ask it, as a backend would
+            try:
+                payload = stores.ask(token, question, instant, trace=show_trace)
+            except OwnerRefused as exc:
+                if exc.status_code == 401:
+                    fail("invalid session token", EXIT_USAGE)
+                fail(f"{stores.owner.describe()} answered {exc.status_code}: {exc}")
+            except OwnerUnreachable as exc:
+                fail(str(exc))
+        else:
+            worker = stores.query_worker()
+            try:
+                result = worker.ask_with_token(token, question, instant)
+            except InvalidToken as exc:
+                fail(f"invalid session token: {exc}", EXIT_USAGE)
+            payload = cast(dict[str, Any], result.public())
+            if show_trace:
+                payload["trace"] = result.trace.model_dump(mode="json")
     if as_json:
         click.echo(json.dumps(payload, indent=2))
         return
-    if result.answered:
-        click.echo(result.answer)
+    if payload["answered"]:
+        click.echo(payload["answer"])
         click.echo("")
         click.echo("Sources:")
-        for i, claim in enumerate(result.claims, 1):
-            click.echo(f'  [{i}] "{claim.quote}"')
-            click.echo(f"      {claim.passage_id}  {claim.source_url}")
+        for i, claim in enumerate(payload["claims"], 1):
+            click.echo(f'  [{i}] "{claim["quote"]}"')
+            click.echo(f"      {claim['passage_id']}  {claim['source_url']}")
     else:
-        click.echo(result.message)
+        click.echo(payload["message"])
     if show_trace:
         click.echo(json.dumps(payload["trace"], indent=2))

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, error, fail, output_console, settings_of
-from ragsync.wiring import build
 
 
 @click.command("eval")
@@ -42,14 +41,13 @@ def eval_(
         items = load_questions(questions)
     except QuestionFileError as exc:
         fail(f"bad question file:\n{exc}", EXIT_USAGE)
+    from ragsync.commands.owned import own_stores
+
     settings = settings_of(ctx)
-    components = build(settings)
-    try:
+    with own_stores(settings, "eval") as components:  # the stores, not an owner's API: one line if served
         gates = Gates(k, min_recall, max_leaks, min_answer_rate, min_abstain_rate)
         meta = {"questions_file": str(questions), "profile": settings.profile, "home": str(settings.home)}
         report = run_eval(EvalContext.from_components(components), items, gates, meta=meta)
-    finally:
-        components.close()
     text = json.dumps(report, indent=2)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,46 +1,59 @@
-"""Long-running commands and their status: `ragsync worker`, `ragsync serve`, `ragsync status`."""
+"""Long-running commands and their status: `ragsync serve`, `ragsync worker`, `ragsync status`.
+
+On the embedded profile `serve` (or `worker`, without HTTP) owns the home: it holds the home's
+owner lock, opens the stores once and runs the indexer and the scheduled syncs in-process while
+it answers (ragsync.owner). Every other command cooperates with it (ragsync.commands.owned).
+"""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
+from pathlib import Path
+from typing import Any
 
 import click
 
-from ragsync.commands.common import EXIT_USAGE, error, fail, note, settings_of
+from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, error, fail, note, settings_of
+from ragsync.home_lock import HomeLock, HomeOwned, OwnerInfo
+from ragsync.settings import Settings
+from ragsync.sources import SourceSettings
 from ragsync.wiring import build
+from schemas.events import source_name_from
 
 
-@click.command()
-@click.option("--poll-s", default=1.0, show_default=True, help="Embedded: seconds between polls of the log.")
-@click.pass_context
-def worker(ctx: click.Context, poll_s: float) -> None:
-    """Apply events from the log to every store (cluster: a Faust worker; several share the partitions).
+def _sources(settings: Settings, watch: tuple[Path, ...], interval_s: float) -> list[SourceSettings]:
+    declared = list(settings.sources)
+    names = {s.name for s in declared}
+    for i, path in enumerate(watch):
+        name = source_name_from(path.resolve().name, "drive")
+        while name in names:
+            name = f"{name[:28]}-{i}"
+        names.add(name)
+        declared.append(SourceSettings(name=name, kind="drive", path=path, watch=True, interval_s=interval_s))
+    return declared
 
-    \b
-    Exit status: 0 stopped; 2 bad settings.
-    """
-    settings = settings_of(ctx)
-    if settings.profile == "cluster":
-        from streams.faust_app import run_worker
 
-        run_worker(settings)
-        return
-    import time
+def _take_home(settings: Settings, command: str, api: str | None) -> HomeLock:
+    """The home's owner lock: waits for a short-lived owner (a sync applying), one line for a long-lived one."""
+    told: list[bool] = []
 
-    from streams.embedded_worker import EmbeddedWorker
+    def wait(owner: OwnerInfo | None) -> bool:
+        if owner is None or owner.long_lived:
+            return False
+        if not told:
+            note(f"waiting for {owner.describe()} to finish with the stores")
+            told.append(True)
+        return True
 
-    components = build(settings)
+    lock = HomeLock(settings.home)
     try:
-        w = EmbeddedWorker(components.events, components.sink(), revocation_bound_s=settings.revocation_bound_s)
-        note(f"embedded worker on {settings.home}; Ctrl-C to stop")
-        while True:
-            w.drain()
-            time.sleep(poll_s)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        components.close()
+        lock.acquire(command, api, wait=wait)
+    except HomeOwned as exc:
+        fail(f"{settings.home} is already owned by {exc.owner.describe() if exc.owner else 'another process'}")
+    return lock
 
 
 @click.command()
@@ -48,32 +61,87 @@ def worker(ctx: click.Context, poll_s: float) -> None:
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--ssl-certfile", default=None, help="Serve HTTPS with this certificate (PEM).")
 @click.option("--ssl-keyfile", default=None, help="The certificate's private key (PEM).")
+@click.option(
+    "--watch",
+    "watch",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Keep this folder in sync as it changes (repeatable), besides the [[sources]] of the settings file.",
+)
+@click.option("--interval", default=300.0, show_default=True, help="With --watch: seconds between full passes.")
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ssl_keyfile: str | None) -> None:
-    """Serve POST /v1/ask (Bearer session token), /healthz, /readyz, /openapi.json and /docs and, for each
-    source in `[webhooks.<source>]` (its own secret and tenants), POST /v1/webhooks/{source} for document
-    pushes (HMAC-SHA256 signed).
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+    watch: tuple[Path, ...],
+    interval: float,
+) -> None:
+    """Answer questions over HTTP while keeping the indexes in sync.
+
+    \b
+    POST /v1/ask                 Authorization: Bearer <session token>, {"question": ..., "as_of": ...}
+    GET  /healthz, /readyz       liveness; readiness, with the stores and the backlog per topic
+    GET  /openapi.json, /docs    the API's schema
+    POST /v1/webhooks/{source}   document pushes, HMAC-SHA256 signed (each [webhooks.<source>] its secret)
+
+    On the embedded profile serve owns the home: it applies every event published into the log
+    (by `ragsync sync` in other processes, webhook pushes, --watch folders and the [[sources]] of
+    the settings file, synced on their intervals), ACL changes and deletions first; `ragsync ask`
+    and `ragsync status` go through it meanwhile. SIGTERM finishes the batch in hand, commits it
+    and exits.
 
     Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
     (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
     latency; never the question). For workers behind gunicorn, run the ASGI app ragsync.server:app.
 
     \b
-    Exit status: 0 stopped; 2 bad settings or an address that cannot be used.
+    Exit status: 0 stopped; 1 the home is owned by another serve or worker, or its stores cannot
+    be opened; 2 bad settings or an address that cannot be used.
     """
     import logging
 
     from connectors.state import HomeFormatError, SourceConflict
-    from ragsync.server import run_server
+    from ragsync.owner import Owner
+    from ragsync.owner_api import mount_owner
+    from ragsync.server import bind, run_server
     from ragsync.settings import SettingsError
 
     if (ssl_certfile is None) != (ssl_keyfile is None):
         fail("--ssl-certfile and --ssl-keyfile go together", EXIT_USAGE)
     settings = settings_of(ctx)
     logging.getLogger("ragsync.http").setLevel(logging.INFO)
+    sources = _sources(settings, watch, interval)
+    lock = _take_home(settings, "serve", None) if settings.profile == "embedded" else None
     components = build(settings)
+    owner = None
+    if lock is not None:
+        owner = Owner(components, info=lock.info, sources=sources)
+    elif sources:
+        note("[[sources]] and --watch are synced by `ragsync serve` on the embedded profile only; ignored")
     try:
-        run_server(components, host, port, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile, announce=note)
+        listener = bind(host, port)
+        if owner is not None and lock is not None:
+            try:
+                owner.start()  # here rather than in the lifespan, so a store that cannot open is one line
+            except Exception as exc:
+                fail(f"cannot open the stores of {settings.home}: {type(exc).__name__}: {exc}")
+            # Where the owner answers, for the commands that go through it (localhost for 0.0.0.0).
+            lock.set_api(listener.url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:"))
+            if sources:
+                note(f"ragsync serve: syncing {', '.join(s.name for s in sources)}")
+        run_server(
+            components,
+            listener=listener,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            announce=note,
+            checks=owner.checks() if owner is not None else None,
+            readiness_details=owner.readiness_details if owner is not None else None,
+            configure=(lambda app: mount_owner(app, owner)) if owner is not None else None,
+        )
     except SettingsError as exc:
         for problem in exc.problems:
             error(problem)
@@ -81,30 +149,98 @@ def serve(ctx: click.Context, host: str, port: int, ssl_certfile: str | None, ss
     except (SourceConflict, HomeFormatError) as exc:  # a webhook source named like another source
         fail(str(exc), EXIT_USAGE)
     finally:
+        if owner is not None:
+            owner.stop()
         components.close()
+        if lock is not None:
+            lock.release()
+
+
+@click.command()
+@click.option("--poll-s", default=0.05, show_default=True, help="Embedded: seconds between looks at an empty log.")
+@click.pass_context
+def worker(ctx: click.Context, poll_s: float) -> None:
+    """Apply events from the log to every store (cluster: a Faust worker; several share the partitions).
+
+    On the embedded profile this owns the home like `ragsync serve`, without HTTP: prefer serve, which
+    lets `ragsync ask` and `ragsync status` work meanwhile.
+
+    \b
+    Exit status: 0 stopped; 1 the home is owned by another process; 2 bad settings.
+    """
+    settings = settings_of(ctx)
+    if settings.profile == "cluster":
+        from streams.faust_app import run_worker
+
+        run_worker(settings)
+        return
+    from ragsync.owner import Owner
+
+    lock = _take_home(settings, "worker", None)
+    components = build(settings)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    owner = Owner(components, info=lock.info, sources=settings.sources, poll_s=poll_s)
+    try:
+        owner.start()
+        note(f"embedded worker owns {settings.home}; Ctrl-C or SIGTERM to stop")
+        while not stop.wait(0.5):
+            pass
+    finally:
+        owner.stop()
+        components.close()
+        lock.release()
 
 
 @click.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """Show the profile, where data lives, whether dense retrieval is on, and the event backlog.
+    """Show the owner, backlog per topic, dead letters, documents and passages per tenant, the last
+    sync of each source, and whether dense retrieval is on and complete (JSON).
 
     \b
-    Exit status: 0 shown; 2 bad settings.
+    Exit status: 0 shown; 1 the owner could not be reached; 2 bad settings.
     """
-    from streams.ports import EVENT_TOPICS
+    from ragsync.commands.owned import owned_message
+    from ragsync.home_lock import claim
+    from ragsync.owner_client import OwnerClient, OwnerRefused, OwnerUnreachable
+    from ragsync.status import home_status
 
     settings = settings_of(ctx)
-    components = build(settings)
+    info: dict[str, Any]
+    if settings.profile == "cluster":
+        components = build(settings)
+        try:
+            info = home_status(components, None)
+        finally:
+            components.close()
+        click.echo(json.dumps(info, indent=2))
+        return
     try:
-        info = {
-            "profile": settings.profile,
-            "home": str(settings.home.resolve()),
-            "lexical": components.lexical.name,
-            "vector": components.vector.name if components.vector else None,
-            "embedding_model": components.embedder.model_name if components.embedder else None,
-            "backlog": {t: components.events.lag(t, "ragsync-indexer") for t in EVENT_TOPICS},
-        }
-    finally:
-        components.close()
+        claimed = claim(settings.home, "status")
+    except HomeOwned as exc:  # a worker without API: what the SQLite files say, without the stores
+        note(owned_message(exc, "the vector counts").replace("needs its stores", "need its stores"))
+        components = build(settings, with_embedder=False)
+        try:
+            info = home_status(components, exc.owner, stores=False)
+        finally:
+            components.close()
+        click.echo(json.dumps(info, indent=2))
+        return
+    if isinstance(claimed, OwnerInfo):
+        client = OwnerClient(claimed, settings.secret())
+        try:
+            info = client.status()
+        except (OwnerUnreachable, OwnerRefused) as exc:
+            fail(str(exc), EXIT_FAILED)
+        finally:
+            client.close()
+    else:
+        components = build(settings)
+        try:
+            info = home_status(components, None)
+        finally:
+            components.close()
+            claimed.release()
     click.echo(json.dumps(info, indent=2))

@@ -1,8 +1,16 @@
-"""`ragsync sync`: scan a source, publish its changes, and (embedded profile) apply them."""
+"""`ragsync sync`: scan a source, publish its changes, and (embedded profile) see them applied.
+
+The scan only publishes into the event log. Then, on the embedded profile: when the home has an
+owner (`ragsync serve`), the owner applies the events and this command waits until it has (the
+report comes from the journal the owner writes with its offset commits); when it has none, this
+command owns the home while it applies them itself. `--watch` keeps doing that as files change.
+"""
 
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ragsync.commands.common import EXIT_PARTIAL, EXIT_USAGE, fail, note, settings_of, warn
-from ragsync.wiring import build
+from ragsync.home_lock import HomeLock, OwnerInfo, current_owner
+from ragsync.pipeline import Published, apply_events, publish_source, wait_applied
+from ragsync.settings import Settings
+from ragsync.wiring import Components, build
+from streams.dispatch import Stats
 
 
 @click.command()
@@ -33,7 +45,11 @@ from ragsync.wiring import build
 )
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--no-wait", is_flag=True, help="With a running `ragsync serve`: return once published.")
+@click.option("--watch", is_flag=True, help="Keep running: publish changes as files change (a folder only).")
+@click.option("--interval", default=300.0, show_default=True, help="With --watch: seconds between full passes.")
+@click.option("--debounce", default=0.3, show_default=True, help="With --watch: seconds files must be quiet.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (with --watch: a line per pass).")
 @click.pass_context
 def sync(
     ctx: click.Context,
@@ -45,14 +61,24 @@ def sync(
     source_name: str | None,
     force: bool,
     no_apply: bool,
+    no_wait: bool,
+    watch: bool,
+    interval: float,
+    debounce: float,
     as_json: bool,
 ) -> None:
     """Scan PATH (a folder, or a git wiki with --git) for changes and apply them to every store and cache.
 
     Emits an upsert per new or changed document, an ACL event per permission change and a delete per
-    removed file (only after a scan with no read errors). In the cluster profile the events go to
-    Kafka and `ragsync worker` applies them. Documents are known as <source>:<path>; a source name
-    stays bound to its folder or repository, so a second source must be given another --source.
+    removed file (only after a scan with no read errors). While `ragsync serve` owns the home, the
+    serve applies them and sync waits until it has (progress shown; --no-wait returns at once). In
+    the cluster profile the events go to Kafka and `ragsync worker` applies them. Documents are known
+    as <source>:<path>; a source name stays bound to its folder or repository, so a second source
+    must be given another --source.
+
+    With --watch, sync keeps running: every change of the folder (debounced) is published as it
+    happens, and a full pass, the only one that may delete, runs every --interval seconds and as
+    soon as a file was removed.
 
     \b
     Exit status: 0 synced; 3 synced, but some documents could not be read (listed; nothing
@@ -62,9 +88,10 @@ def sync(
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
     from connectors.state import HomeFormatError, SourceConflict
-    from ragsync.pipeline import sync_source
 
     settings = settings_of(ctx)
+    if watch and is_git:
+        fail("--watch watches a folder; declare a git repository in [[sources]] with an interval_s", EXIT_USAGE)
     try:
         connector: SourceConnector = (
             GitWikiConnector(path, ref=ref, subdir=subdir, name=source_name)
@@ -74,8 +101,14 @@ def sync(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     apply = not no_apply and settings.profile == "embedded"
-    components = build(settings)
+    components = build(settings)  # the publishing side: only the event log is opened
     console = Console(stderr=True)
+    watcher = None
+    if watch:  # watching before the first pass: a change made while it runs gets a pass of its own
+        from ragsync.sources import ChangeWatcher
+
+        watcher = ChangeWatcher(path, ignore=[settings.home])
+        watcher.start()
     try:
         with Progress(
             SpinnerColumn(),
@@ -87,57 +120,195 @@ def sync(
             disable=as_json or not console.is_terminal,
         ) as bar:
             scan_task = bar.add_task("scanning", total=None)
-            apply_task = bar.add_task("indexing", total=None, visible=False)
             try:
-                report = sync_source(
+                published = publish_source(
                     components,
                     connector,
                     force=force,
-                    apply=apply,
                     on_scan=lambda n: bar.advance(scan_task, n),
-                    on_apply=lambda n: bar.advance(apply_task, n),
-                    on_backlog=lambda n: bar.update(apply_task, total=n, visible=True),
+                    on_wait=lambda: note("waiting for another scan of this source to finish"),
                 )
             except (SourceConflict, HomeFormatError) as exc:
                 bar.stop()
                 fail(str(exc), EXIT_USAGE)
-        dense = "embedder" in components.opened() and components.embedder is not None
+            stats, dense = _applied(settings, components, published, apply=apply, no_wait=no_wait, bar=bar)
+        summary = _summary(published, stats, dense)
+        _report(summary, published, as_json)
+        if watcher is not None:
+            _watch(
+                settings,
+                components,
+                connector,
+                watcher,
+                apply=apply,
+                interval_s=interval,
+                debounce_s=debounce,
+                as_json=as_json,
+            )
     finally:
+        if watcher is not None:
+            watcher.stop()
         components.close()
+    if published.scan.errors and not watch:
+        ctx.exit(EXIT_PARTIAL)
+
+
+def _applied(
+    settings: Settings,
+    components: Components,
+    published: Published,
+    *,
+    apply: bool,
+    no_wait: bool,
+    bar: Progress | None = None,
+) -> tuple[Stats | None, bool | None]:
+    """Stats of applying what was published, and whether it was embedded (None: not known here)."""
+    if not apply:
+        return None, None
+    home = settings.home
+    while True:
+        owner = current_owner(home)
+        if owner is not None:
+            if no_wait:
+                note(f"published; {owner.describe()} applies them")
+                return None, None
+            stats = _wait_for(owner, components, published, bar)
+            if stats is not None:
+                return stats, _owner_dense(owner)
+            note(f"{owner.describe()} stopped before applying everything; applying here")
+        lock = HomeLock(home)
+        if lock.try_acquire("sync"):
+            try:
+                return _apply_here(settings, bar)
+            finally:
+                lock.release()
+        # another process became the owner in between: wait for it instead
+
+
+def _wait_for(owner: OwnerInfo, components: Components, published: Published, bar: Progress | None) -> Stats | None:
+    task = bar.add_task(f"applied by {owner.describe()}", total=None) if bar is not None else None
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, completed=done, total=total)
+
+    home = components.settings.home
+    return wait_applied(
+        components, published, owner_alive=lambda: current_owner(home) is not None, on_progress=progress
+    )
+
+
+def _apply_here(settings: Settings, bar: Progress | None) -> tuple[Stats, bool]:
+    """This process owns the home meanwhile: open the stores, drain the log, close them again."""
+    applier = build(settings)
+    task = bar.add_task("indexing", total=None, visible=False) if bar is not None else None
+
+    def advance(n: int) -> None:
+        if bar is not None and task is not None:
+            bar.advance(task, n)
+
+    def backlog(n: int) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, total=n, visible=True)
+
+    try:
+        stats = apply_events(applier, on_apply=advance, on_backlog=backlog)
+        return stats, "embedder" in applier.opened() and applier.embedder is not None
+    finally:
+        applier.close()
+
+
+def _owner_dense(owner: OwnerInfo) -> bool | None:
+    """Whether the owner embeds (its /readyz says whether its vector store is open)."""
+    if not owner.api:
+        return None
+    import httpx
+
+    try:
+        body = httpx.get(f"{owner.api}/readyz", timeout=10).json()
+        return bool(body["stores"]["vector"] == "open")
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _summary(published: Published, stats: Stats | None, dense: bool | None) -> dict[str, Any]:
+    report = published.scan
     summary: dict[str, Any] = {
-        "upserts": report.scan.upserts,
-        "acl_changes": report.scan.acl_changes,
-        "deletes": report.scan.deletes,
-        "unchanged": report.scan.unchanged,
-        "errors": report.scan.errors,
-        "skipped": [{"path": s.path, "reason": s.reason, "detail": s.detail} for s in report.scan.skipped],
-        "locked": report.scan.locked,
-        "decoded": report.scan.decoded,
-        "deletes_skipped": report.scan.deletes_skipped,
-        "reindexed": report.reindexed,
+        "upserts": report.upserts,
+        "acl_changes": report.acl_changes,
+        "deletes": report.deletes,
+        "unchanged": report.unchanged,
+        "errors": report.errors,
+        "skipped": [{"path": s.path, "reason": s.reason, "detail": s.detail} for s in report.skipped],
+        "locked": report.locked,
+        "decoded": report.decoded,
+        "deletes_skipped": report.deletes_skipped,
+        "reindexed": published.reindexed,
         "dense": dense,
     }
-    if report.stats is not None:
+    if stats is not None:
         summary.update(
-            applied=report.stats.applied,
-            stale=report.stats.stale,
-            dead_lettered=report.stats.dead_lettered,
-            passages_written=report.stats.passages_written,
-            passages_embedded=report.stats.passages_embedded,
-            max_revocation_lag_s=round(report.stats.max_revocation_lag_s, 3),
+            applied=stats.applied,
+            stale=stats.stale,
+            dead_lettered=stats.dead_lettered,
+            passages_written=stats.passages_written,
+            passages_embedded=stats.passages_embedded,
+            max_revocation_lag_s=round(stats.max_revocation_lag_s, 3),
         )
+    return summary
+
+
+def _report(summary: dict[str, Any], published: Published, as_json: bool, prefix: str = "") -> None:
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        for problem in report.scan.errors:
-            note(f"read error: {problem}")
-        for skipped in report.scan.skipped:
-            note(f"not indexed: {skipped}")
-        for decoded in report.scan.decoded:
-            note(f"not UTF-8: {decoded}")
-        if report.scan.deletes_skipped:
-            warn("deletions skipped: the scan had read errors, nothing was removed")
-        counts = {k: len(v) if k in ("skipped", "decoded") else v for k, v in summary.items() if k != "errors"}
-        click.echo(" ".join(f"{k}={v}" for k, v in counts.items()))
-    if report.scan.errors:
-        ctx.exit(EXIT_PARTIAL)
+        click.echo(json.dumps(summary, indent=None if prefix else 2))
+        return
+    for problem in published.scan.errors:
+        note(f"read error: {problem}")
+    for skipped in published.scan.skipped:
+        note(f"not indexed: {skipped}")
+    for decoded in published.scan.decoded:
+        note(f"not UTF-8: {decoded}")
+    if published.scan.deletes_skipped:
+        warn("deletions skipped: the scan had read errors, nothing was removed")
+    counts = {k: len(v) if k in ("skipped", "decoded") else v for k, v in summary.items() if k != "errors"}
+    click.echo(prefix + " ".join(f"{k}={v}" for k, v in counts.items()))
+
+
+def _watch(
+    settings: Settings,
+    components: Components,
+    connector: Any,
+    watcher: Any,
+    *,
+    apply: bool,
+    interval_s: float,
+    debounce_s: float,
+    as_json: bool,
+) -> None:
+    """Publish every change of the folder as it settles; a full pass every interval and after a removal."""
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    if not as_json:
+        note(f"watching {connector.root} (full pass every {interval_s:g}s); Ctrl-C to stop")
+    next_full = time.monotonic() + interval_s
+    try:
+        while not stopping:
+            change = watcher.take(debounce_s)
+            kind = "full" if time.monotonic() >= next_full or (change is not None and change.removed) else None
+            if kind is None and change is not None:
+                kind = "changes"
+            if kind is None:
+                time.sleep(0.05)
+                continue
+            started = time.perf_counter()
+            published = publish_source(components, connector, allow_deletes=kind == "full")
+            stats, dense = _applied(settings, components, published, apply=apply, no_wait=False)
+            if kind == "full":
+                next_full = time.monotonic() + interval_s
+            summary = {"pass": kind, **_summary(published, stats, dense)}
+            summary["seconds"] = round(time.perf_counter() - started, 3)
+            r = published.scan
+            if as_json or kind == "full" or r.upserts or r.acl_changes or r.deletes or r.errors:
+                _report(summary, published, as_json, prefix=f"{time.strftime('%H:%M:%S')} ")
+    except KeyboardInterrupt:
+        pass

@@ -7,7 +7,6 @@ import json
 import click
 
 from ragsync.commands.common import EXIT_FAILED, EXIT_PARTIAL, note, settings_of, warn
-from ragsync.wiring import build
 
 
 @click.command()
@@ -22,13 +21,11 @@ def verify(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     Exit status: 0 every store agrees; 1 drift (listed); 3 no drift yet, but events are still
     waiting to be applied (run again once the workers caught up); 2 bad usage.
     """
+    from ragsync.commands.owned import own_stores
     from ragsync.verify import verify as run_verify
 
-    components = build(settings_of(ctx))
-    try:
+    with own_stores(settings_of(ctx), "verify") as components:  # one line when `ragsync serve` has them
         report = run_verify(components, tenant=tenant)
-    finally:
-        components.close()
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

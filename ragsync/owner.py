@@ -1,0 +1,177 @@
+"""The runtime of the process that owns an embedded home: `ragsync serve` (and `ragsync worker`).
+
+It opens the stores once, then keeps them in sync while the API answers from them:
+
+- a worker thread drains the event log continuously (ACL and deletion topics first), so events
+  published by any process (a `ragsync sync` elsewhere, a webhook push, a watcher, the schedule
+  below) are applied within a poll interval plus one batch; when the log is empty it does the
+  idle maintenance of `ragsync.maintenance`;
+- a scheduler thread syncs the `[[sources]]` of the settings file on their intervals and, for
+  watched folders, on every change (`ragsync.sources`).
+
+The server calls `start` in its lifespan startup and `stop` in its shutdown (SIGTERM): stop lets the
+worker finish its batch, flush and commit, then returns; nothing applied is lost, and nothing is
+acknowledged that was not applied. `checks()` and `readiness_details()` are what `/readyz` reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ragsync.home_lock import OwnerInfo
+from ragsync.wiring import Components
+from streams.embedded_worker import EmbeddedWorker
+from streams.ports import AppliedJournal
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.05
+"""How often an idle worker looks at the log: bounds how long an event published elsewhere waits."""
+
+
+class Owner:
+    def __init__(
+        self,
+        components: Components,
+        *,
+        info: OwnerInfo | None = None,
+        sources: Sequence[Any] = (),
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.components = components
+        self.settings = components.settings
+        self.info = info
+        self.sources = list(sources)
+        self.poll_s = poll_s
+        self.worker: EmbeddedWorker | None = None
+        self.scheduler: Any = None
+        self.started_at: float | None = None
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open every store (failing here, not at the first question) and start the threads. Idempotent."""
+        if self._thread is not None:
+            return
+        c = self.components
+        for port in ("events", "lexical", "docs", "audit", "cache", "embedder", "vector"):
+            getattr(c, port)
+        self.worker = EmbeddedWorker(
+            c.events,
+            c.sink(),
+            revocation_bound_s=self.settings.revocation_bound_s,
+            documents_batch_size=self.settings.index_batch_size,
+        )
+        self._thread = threading.Thread(target=self._run, name="ragsync-indexer", daemon=True)
+        self._thread.start()
+        if self.sources:
+            from ragsync.sources import Scheduler
+
+            self.scheduler = Scheduler(c, self.sources)
+            self.scheduler.start()
+        self.started_at = time.time()
+        backlog = self.worker.backlog()
+        log.info("owner started on %s; backlog %s", self.settings.home, backlog)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Finish the batch in hand, flush, commit, stop. Idempotent."""
+        self._stop.set()
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.error("indexer did not stop within %.0fs; its uncommitted batch will be redelivered", timeout_s)
+            self._thread = None
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Until the log is drained and maintenance is done (tests, benchmarks)."""
+        return self._idle.wait(timeout_s)
+
+    # ---- the worker thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        from ragsync.maintenance import Maintenance
+
+        assert self.worker is not None
+        maintenance = Maintenance(self.components)
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if self.worker.step() > 0:
+                    self._idle.clear()
+                    backoff = 0.5
+                    continue
+                if maintenance.step():
+                    continue
+                self.last_error = None
+            except Exception as exc:  # a store outage: the batch stays uncommitted, retry with backoff
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("indexer step failed; retrying in %.1fs", backoff)
+                self._idle.clear()
+                self._stop.wait(backoff)
+                backoff = min(30.0, backoff * 2)
+                continue
+            self._idle.set()
+            self._stop.wait(self.poll_s)
+
+    # ---- what the API reports -------------------------------------------------------------
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def backlog(self) -> dict[str, int]:
+        return self.worker.backlog() if self.worker is not None else {}
+
+    def stores(self) -> dict[str, str]:
+        c = self.components
+        opened = set(c.opened())
+        return {
+            "event_log": "open" if "events" in opened else "closed",
+            "lexical": "open" if "lexical" in opened else "closed",
+            "vector": "open" if "vector" in opened else ("disabled" if c.embedder is None else "closed"),
+            "doc_state": "open" if "docs" in opened else "closed",
+        }
+
+    def checks(self) -> dict[str, Any]:
+        """/readyz checks (None when fine, else why not): the stores are open and the indexer runs."""
+
+        def stores() -> str | None:
+            closed = [name for name, state in self.stores().items() if state == "closed"]
+            return f"not open: {', '.join(closed)}" if closed else None
+
+        def indexer() -> str | None:
+            if self.running():
+                return None
+            return "stopped" + (f" ({self.last_error})" if self.last_error else "")
+
+        return {"stores": stores, "indexer": indexer}
+
+    def readiness_details(self) -> dict[str, Any]:
+        """What /readyz adds to its checks: each store's state and the backlog per topic (no tenant data)."""
+        return {"stores": self.stores(), "backlog": self.backlog(), "indexer_error": self.last_error}
+
+    def status(self) -> dict[str, Any]:
+        from ragsync.status import home_status
+
+        info = home_status(self.components, self.info)
+        info["indexer"] = {
+            "running": self.running(),
+            "last_error": self.last_error,
+            "batches": self.worker.batches if self.worker else 0,
+            "applied": self.worker.stats.applied if self.worker else 0,
+            "preemptions": self.worker.preemptions if self.worker else 0,
+        }
+        return info
+
+    def committed(self) -> dict[str, int]:
+        events = self.components.events
+        return events.committed_offsets("ragsync-indexer") if isinstance(events, AppliedJournal) else {}

@@ -1,0 +1,105 @@
+"""The owner's routes in `ragsync serve`, and the hook that runs the owner inside the server's lifespan.
+
+(/readyz itself is the API's: the owner gives it checks and details, see ragsync.server.)
+
+    GET  /v1/owner/status   what `ragsync status` prints                      (operator key)
+    GET  /v1/owner/progress committed offsets of the indexer per topic         (operator key)
+    POST /v1/owner/ask      an ask with its trace, for `ragsync ask --show-trace` (operator key)
+                            {"token": str, "question": str, "as_of": ISO datetime?}
+
+The operator key is an HMAC of the home's session secret (`operator_key`): whoever can issue
+session tokens for the home (a CLI with access to it) may read its status and traces, nobody else.
+It travels in the X-Ragsync-Operator header and is compared in constant time. Traces hold passage
+IDs and reason codes only, never text, as everywhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from query.tokens import InvalidToken
+from ragsync.owner import Owner
+
+OPERATOR_HEADER = "X-Ragsync-Operator"
+
+
+def operator_key(secret: str) -> str:
+    return hmac.new(secret.encode(), b"ragsync operator v1", hashlib.sha256).hexdigest()
+
+
+class TracedAsk(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    token: str = Field(min_length=1, max_length=8192)
+    question: str = Field(min_length=1, max_length=4000)
+    as_of: datetime | None = None
+
+
+def mount_owner(app: Starlette, owner: Owner) -> None:
+    """Add the owner's routes (before any catch-all mount) and run it inside the app's lifespan."""
+    key = operator_key(owner.settings.secret())
+
+    def operator(request: Request) -> bool:
+        given = request.headers.get(OPERATOR_HEADER, "")
+        return hmac.compare_digest(given.encode("utf-8", "replace"), key.encode())
+
+    def denied() -> JSONResponse:
+        return JSONResponse({"error": f"missing or invalid {OPERATOR_HEADER}"}, status_code=401)
+
+    async def status(request: Request) -> Response:
+        if not operator(request):
+            return denied()
+        return JSONResponse(await run_in_threadpool(owner.status))
+
+    async def progress(request: Request) -> Response:
+        if not operator(request):
+            return denied()
+        return JSONResponse({"committed": await run_in_threadpool(owner.committed), "backlog": owner.backlog()})
+
+    async def traced_ask(request: Request) -> Response:
+        if not operator(request):
+            return denied()
+        try:
+            body = TracedAsk.model_validate_json(await request.body())
+        except ValidationError as exc:
+            problems = [{"field": ".".join(str(p) for p in e["loc"]), "error": e["type"]} for e in exc.errors()]
+            return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
+        worker = owner.components.query_worker()
+        try:
+            result = await run_in_threadpool(worker.ask_with_token, body.token, body.question, body.as_of)
+        except InvalidToken:
+            return JSONResponse({"error": "invalid token"}, status_code=401)
+        payload: dict[str, Any] = result.public()
+        payload["trace"] = result.trace.model_dump(mode="json")
+        return JSONResponse(payload)
+
+    routes = [
+        Route("/v1/owner/status", status, methods=["GET"]),
+        Route("/v1/owner/progress", progress, methods=["GET"]),
+        Route("/v1/owner/ask", traced_ask, methods=["POST"]),
+    ]
+    app.router.routes[0:0] = routes
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(scope_app: Any) -> AsyncIterator[Any]:
+        await run_in_threadpool(owner.start)
+        try:
+            async with inner(scope_app) as state:
+                yield state
+        finally:
+            await run_in_threadpool(owner.stop)
+
+    app.router.lifespan_context = lifespan

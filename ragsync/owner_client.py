@@ -1,0 +1,66 @@
+"""How a command talks to the running owner of its home (`ragsync serve`) instead of opening the stores."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from ragsync.home_lock import OwnerInfo
+from ragsync.owner_api import OPERATOR_HEADER, operator_key
+
+TIMEOUT_S = 60.0
+"""Generous: a serve that just started may still be loading its model when the first ask arrives."""
+
+
+class OwnerUnreachable(RuntimeError):
+    pass
+
+
+class OwnerRefused(RuntimeError):
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class OwnerClient:
+    def __init__(self, owner: OwnerInfo, secret: str) -> None:
+        if not owner.api:
+            raise ValueError("the owner serves no API")
+        self.owner = owner
+        self._key = operator_key(secret)
+        self._http = httpx.Client(base_url=owner.api, timeout=TIMEOUT_S)
+
+    def _call(self, method: str, path: str, **options: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **options)
+        except httpx.HTTPError as exc:
+            raise OwnerUnreachable(f"cannot reach {self.owner.describe()}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                message = str(response.json().get("error", response.text))
+            except ValueError:
+                message = response.text
+            raise OwnerRefused(response.status_code, message)
+        return response.json()
+
+    def ask(self, token: str, question: str, as_of: datetime | None, *, trace: bool = False) -> dict[str, Any]:
+        """The public answer (what a backend gets from POST /v1/ask); with `trace`, the operator route."""
+        body: dict[str, Any] = {"question": question}
+        if as_of is not None:
+            body["as_of"] = as_of.isoformat()
+        if trace:
+            result: dict[str, Any] = self._call(
+                "POST", "/v1/owner/ask", json={**body, "token": token}, headers={OPERATOR_HEADER: self._key}
+            )
+            return result
+        answer: dict[str, Any] = self._call("POST", "/v1/ask", json=body, headers={"Authorization": f"Bearer {token}"})
+        return answer
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/owner/status", headers={OPERATOR_HEADER: self._key})
+        return result
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,254 @@
+"""Declared sources and live sync: `[[sources]]` in the settings file, watched folders, schedules.
+
+    [[sources]]
+    name = "handbook"              # the source name: doc IDs are handbook:<path>
+    kind = "drive"                 # a folder with .ragsync-acl.toml manifests
+    path = "/srv/handbook"
+    watch = true                   # publish changes as files change (watchdog), debounced
+    interval_s = 300               # full reconciliation every 5 minutes
+    url_base = "https://intranet.example/handbook/"
+
+    [[sources]]
+    name = "wiki"
+    kind = "git"                   # the wiki committed at `ref`
+    path = "/srv/wiki.git"
+    ref = "main"
+    interval_s = 60
+
+Two kinds of pass, so that a deletion is only ever decided on complete information:
+- a *change pass* (after the watcher saw files change, debounced) lists the source and publishes
+  upserts and ACL changes, never a deletion;
+- a *full pass* (every `interval_s`, and brought forward when the watcher saw something removed)
+  is the reconciliation: the only pass that may delete, and, as every scan, only when its listing
+  was complete (no read error).
+Each pass publishes into the event log and takes the source's scan lock, so a CLI sync, a watcher
+and the owner's schedule never scan one source at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.events import SOURCE_NAME_PATTERN
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_S = 0.3
+MAX_DELAY_S = 2.0
+"""A pass starts once files were quiet for DEBOUNCE_S, or MAX_DELAY_S after the first change of a
+burst that does not stop (a long copy still gets published as it goes)."""
+
+
+class SourceSettings(BaseModel):
+    """One `[[sources]]` entry of the settings file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
+    kind: Literal["drive", "git"] = "drive"
+    path: Path
+    ref: str = "HEAD"
+    subdir: str = ""
+    url_base: str | None = None
+    interval_s: float = Field(default=300.0, gt=0)
+    watch: bool = False
+
+    @model_validator(mode="after")
+    def _kind_options(self) -> SourceSettings:
+        if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
+            raise ValueError("ref and subdir apply to kind = 'git' only")
+        if self.kind == "git" and self.watch:
+            raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
+        return self
+
+
+def connector_for(source: SourceSettings, home: Path) -> Any:
+    """The connector a declared source reads through. `url_base` goes to the drive connector as is;
+    a git wiki takes it as the prefix of its URL template (`<url_base>/<doc_id>`)."""
+    from connectors.drive import DriveConnector
+    from connectors.git_wiki import GitWikiConnector
+
+    if source.kind == "git":
+        options: dict[str, Any] = {}
+        if source.url_base is not None:
+            escaped = source.url_base.rstrip("/").replace("{", "{{").replace("}", "}}")
+            options["url_template"] = escaped + "/{doc_id}"
+        return GitWikiConnector(source.path, ref=source.ref, subdir=source.subdir, name=source.name, **options)
+    return DriveConnector(source.path, source.name, refuse=[home], url_base=source.url_base)
+
+
+@dataclass
+class Change:
+    removed: bool  # something was deleted or moved away: the next pass must be a full one
+
+
+class ChangeWatcher:
+    """watchdog on a folder: remembers that something changed, and whether anything was removed.
+
+    Changes below `ignore` (the home, when it sits inside the watched folder; .git) are not
+    changes of the source, and would otherwise make every write to the stores trigger a pass.
+    """
+
+    def __init__(self, root: Path, *, ignore: Sequence[Path] = ()) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self.root = root.resolve()
+        self._ignore = [p.resolve() for p in ignore]
+        self._lock = threading.Lock()
+        self._first: float | None = None
+        self._last = 0.0
+        self._removed = False
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                watcher._seen(event)
+
+        self._observer = Observer()
+        self._observer.schedule(Handler(), str(self.root), recursive=True)
+
+    def _relevant(self, path: str) -> bool:
+        resolved = Path(path)
+        if ".git" in resolved.parts:
+            return False
+        return not any(resolved == p or p in resolved.parents for p in self._ignore)
+
+    def _seen(self, event: Any) -> None:
+        kind = event.event_type
+        if kind in ("opened", "closed_no_write"):
+            return
+        paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
+        if not any(p and self._relevant(p) for p in paths):
+            return
+        with self._lock:
+            now = time.monotonic()
+            if self._first is None:
+                self._first = now
+            self._last = now
+            if kind in ("deleted", "moved"):
+                self._removed = True
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(5)
+
+    def take(self, debounce_s: float = DEBOUNCE_S, max_delay_s: float = MAX_DELAY_S) -> Change | None:
+        """The changes since the last take, once they settled; None while there are none (or not yet)."""
+        with self._lock:
+            if self._first is None:
+                return None
+            now = time.monotonic()
+            if now - self._last < debounce_s and now - self._first < max_delay_s:
+                return None
+            change = Change(self._removed)
+            self._first, self._removed = None, False
+            return change
+
+
+class SourceRunner:
+    """When one source's next pass is due, and of which kind."""
+
+    def __init__(
+        self,
+        source: SourceSettings,
+        home: Path,
+        *,
+        debounce_s: float = DEBOUNCE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.connector = connector_for(source, home)
+        self.debounce_s = debounce_s
+        self.clock = clock
+        self.next_full = clock()  # a full pass first: the state may be behind the folder
+        self.watcher: ChangeWatcher | None = None
+        if source.watch:
+            self.watcher = ChangeWatcher(source.path, ignore=[home])
+
+    def due(self) -> str | None:
+        """ "full", "changes" or None."""
+        if self.clock() >= self.next_full:
+            return "full"
+        if self.watcher is not None:
+            change = self.watcher.take(self.debounce_s)
+            if change is not None:
+                return "full" if change.removed else "changes"
+        return None
+
+    def ran(self, kind: str) -> None:
+        if kind == "full":
+            self.next_full = self.clock() + self.source.interval_s
+
+
+class Scheduler:
+    """The owner's thread that syncs the declared sources: publishes only; the owner's worker applies."""
+
+    def __init__(self, components: Any, sources: Sequence[SourceSettings], *, tick_s: float = 0.1) -> None:
+        self.components = components
+        self.runners = [SourceRunner(s, components.settings.home) for s in sources]
+        self.tick_s = tick_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+        self.last_error: dict[str, str] = {}
+
+    def start(self) -> None:
+        for runner in self.runners:
+            if runner.watcher is not None:
+                runner.watcher.start()
+        self._thread = threading.Thread(target=self._run, name="ragsync-sources", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        for runner in self.runners:
+            if runner.watcher is not None:
+                runner.watcher.stop()
+        if self._thread is not None:
+            self._thread.join(timeout_s)  # a scan in progress is abandoned after that: its batches are durable
+
+    def _run(self) -> None:
+        from ragsync.pipeline import publish_source
+
+        while not self._stop.is_set():
+            for runner in self.runners:
+                if self._stop.is_set():
+                    return
+                kind = runner.due()
+                if kind is None:
+                    continue
+                name = runner.source.name
+                try:
+                    published = publish_source(
+                        self.components, runner.connector, allow_deletes=kind == "full", name=name
+                    )
+                    self.last_error.pop(name, None)
+                    r = published.scan
+                    if r.upserts or r.acl_changes or r.deletes or r.errors:
+                        log.info(
+                            "%s pass of %s: upserts=%d acl_changes=%d deletes=%d errors=%d",
+                            kind,
+                            name,
+                            r.upserts,
+                            r.acl_changes,
+                            r.deletes,
+                            len(r.errors),
+                        )
+                except Exception as exc:  # one source failing must not stop the others
+                    self.last_error[name] = f"{type(exc).__name__}: {exc}"
+                    log.exception("%s pass of source %s failed", kind, name)
+                runner.ran(kind)
+                self.passes += 1
+            self._stop.wait(self.tick_s)
