@@ -1,17 +1,47 @@
 """The embedded profile's model: deterministic, extractive, no network.
 
-It answers with whole sentences of the evidence, so its quotes are verbatim by construction,
-and it abstains when no sentence covers enough of the question. When evidence is thin it asks
-for one rewritten search (the question's content words plus the best passage's heading).
+It answers with whole sentences of the evidence, so its quotes are verbatim by construction. Each
+candidate sentence is scored by meaning as well as by words, because a paraphrased question shares
+almost no words with the sentence that answers it:
+
+    score = W_MEANING * cos(question, sentence) + W_WORDS * coverage + W_RANK * rank prior
+
+* meaning: cosine of the loaded embedder's vectors for the question and for the sentence with its
+  section heading in front (the heading says what "it" is; the quote stays the sentence alone);
+* coverage: the share of the question's content words found in the sentence or its heading;
+* rank prior: the passage's place in the fused ranking (1 for the first, falling to 0).
+
+It abstains when the best sentence is not close enough in meaning (`min_meaning`) or scores too
+low overall (`min_score`). The weights and `min_score` were calibrated jointly on the Python and
+Git manual sets so that every unanswerable and every denied-by-design question abstains (the
+denied ones are the hard case: readable pages on the same topic hold sentences close in meaning
+to the question that do not answer it). What that calibration says: MiniLM's cosine alone cannot
+tell an answering sentence from a merely related one (both ~0.5-0.6), so the decision to answer
+still needs the question's words or a top-ranked passage, and meaning mostly picks *which*
+sentence of the evidence to quote. Without an embedder it falls back to word coverage alone
+(`min_coverage`). When evidence is thin it asks for one rewritten search (the question's content
+words plus the best passage's heading).
 """
 
 from __future__ import annotations
 
-from indexer.chunker import split_sentences
-from indexer.text import STOPWORDS, query_terms, word_count
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from indexer.ports import Embedder
+from indexer.text import STOPWORDS, query_terms
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
+from query.sentences import embedding_text, sentences
 
 _QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "why", "how", "does", "do", "is", "can", "tell"})
+
+W_MEANING = 1.0
+W_WORDS = 1.0
+W_RANK = 0.8
+SECOND_CLAIM_MARGIN = 0.5
+"""A second claim, from another passage, when it scores within this of the best one."""
 
 
 def stem(word: str) -> str:
@@ -26,49 +56,90 @@ def _terms(text: str) -> set[str]:
     return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in _QUESTION_WORDS}
 
 
-def sentences(text: str) -> list[str]:
-    """Citable units: each line (table rows, list items) cut into sentences, at least 4 words."""
-    return [s for line in text.split("\n") for s in split_sentences(line) if word_count(s) >= 4]
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    score: float
+    meaning: float
+    coverage: float
+    order: int
+    evidence: Evidence
+    sentence: str
 
 
 class ExtractiveModel:
     name = "extractive"
 
-    def __init__(self, min_coverage: float = 0.6, max_claims: int = 2) -> None:
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        min_coverage: float = 0.6,
+        min_meaning: float = 0.4,
+        min_score: float = 1.96,
+        max_claims: int = 2,
+    ) -> None:
+        self.embedder = embedder
         self.min_coverage = min_coverage
+        self.min_meaning = min_meaning
+        self.min_score = min_score
         self.max_claims = max_claims
 
-    def _ranked(self, question: str, evidence: tuple[Evidence, ...]) -> list[tuple[float, int, Evidence, str]]:
+    def candidates(self, question: str, evidence: Sequence[Evidence]) -> list[Candidate]:
+        """Every quotable sentence of the evidence, best first (ties: earlier passage, then earlier sentence)."""
         wanted = _terms(question)
-        if not wanted:
-            return []
-        ranked = []
+        items: list[tuple[int, Evidence, str, float]] = []
         for order, ev in enumerate(evidence):
             heading_terms = _terms(ev.heading)
             for sentence in sentences(ev.text):
                 own = _terms(sentence)
-                if not own & wanted:
+                coverage = len(wanted & (own | heading_terms)) / len(wanted) if wanted else 0.0
+                if self.embedder is None and not own & wanted:
                     continue
-                coverage = len(wanted & (own | heading_terms)) / len(wanted)
-                ranked.append((coverage, order, ev, sentence))
-        ranked.sort(key=lambda r: (-r[0], r[1]))
+                items.append((order, ev, sentence, coverage))
+        if not items:
+            return []
+        meanings = self._meanings(question, [(ev.heading, sentence) for _, ev, sentence, _ in items])
+        n = max(len(evidence), 1)
+        ranked = []
+        for (order, ev, sentence, coverage), meaning in zip(items, meanings, strict=True):
+            prior = 1.0 - order / n
+            score = coverage if self.embedder is None else W_MEANING * meaning + W_WORDS * coverage + W_RANK * prior
+            ranked.append(Candidate(round(score, 6), meaning, coverage, order, ev, sentence))
+        ranked.sort(key=lambda c: (-c.score, c.order))
         return ranked
 
-    def decide(self, turn: ModelTurn) -> ToolCall:
-        ranked = self._ranked(turn.question, turn.evidence)
-        good = [r for r in ranked if r[0] >= self.min_coverage]
-        if good:
+    def _meanings(self, question: str, pairs: list[tuple[str, str]]) -> list[float]:
+        if self.embedder is None:
+            return [0.0] * len(pairs)
+        texts = [embedding_text(heading, sentence) for heading, sentence in pairs]
+        q = np.asarray(self.embedder.embed_query(question), dtype=np.float32)
+        rows = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        return [float(x) for x in rows @ q]
+
+    def _good(self, ranked: list[Candidate]) -> list[Candidate]:
+        if self.embedder is None:
+            good = [c for c in ranked if c.coverage >= self.min_coverage]
             # Further claims must cover the question nearly as well as the best one, so a
             # neighbouring table row or sentence that merely shares words is not cited.
-            good = [r for r in good if r[0] >= good[0][0] * 0.9]
+            return [c for c in good if c.coverage >= good[0].coverage * 0.9] if good else []
+        if not ranked or ranked[0].meaning < self.min_meaning or ranked[0].score < self.min_score:
+            return []
+        best = ranked[0]
+        for other in ranked[1:]:
+            if other.order != best.order and other.meaning >= self.min_meaning:
+                return [best, other] if other.score >= best.score - SECOND_CLAIM_MARGIN else [best]
+        return [best]
+
+    def decide(self, turn: ModelTurn) -> ToolCall:
+        good = self._good(self.candidates(turn.question, turn.evidence))
         if good:
             claims = []
             used: set[str] = set()
-            for _, _, ev, sentence in good:
-                if sentence in used:
+            for c in good:
+                if c.sentence in used:
                     continue
-                used.add(sentence)
-                claims.append({"statement": sentence, "passage_id": ev.passage_id, "quote": sentence})
+                used.add(c.sentence)
+                claims.append({"statement": c.sentence, "passage_id": c.evidence.passage_id, "quote": c.sentence})
                 if len(claims) >= self.max_claims:
                     break
             return ToolCall(TOOL_SUBMIT, {"claims": claims})

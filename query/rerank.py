@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from indexer.ports import Embedder
 from query.ports import RerankInput
+from query.sentences import embedding_text, sentences
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +81,30 @@ def load_reranker(model_path: Path | None) -> OnnxCrossEncoder | None:
     except RerankerUnavailable as exc:
         log.warning("Reranker unavailable (%s): answers use the fused order.", exc)
         return None
+
+
+class SentenceMaxSim:
+    """A passage scores as its best sentence: max cosine between the question and "heading: sentence".
+
+    A passage vector averages everything the passage says, so a paraphrased question that matches
+    one sentence of a long passage ranks it low; its best sentence does not dilute. It uses the
+    embedder already loaded for dense retrieval (no other model), and sentence vectors are cached by
+    text like passage vectors, so a repeated question or a neighbouring one pays only for new text.
+    """
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.name = f"sentence-maxsim:{embedder.model_name}"
+
+    def score(self, query: str, passages: Sequence[RerankInput]) -> list[float]:
+        spans: list[tuple[int, int]] = []
+        texts: list[str] = []
+        for p in passages:
+            own = [embedding_text(p.heading, s) for s in sentences(p.text)] or [embedding_text(p.heading, p.text)]
+            spans.append((len(texts), len(texts) + len(own)))
+            texts.extend(own)
+        if not texts:
+            return []
+        q = np.asarray(self.embedder.embed_query(query), dtype=np.float32)
+        sims = np.asarray(self.embedder.embed(texts), dtype=np.float32) @ q
+        return [float(sims[a:b].max()) for a, b in spans]

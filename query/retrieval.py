@@ -1,6 +1,11 @@
 """Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF,
 then (when a cross-encoder is configured) the fused top `rerank_depth` reordered by it.
 
+With an embedder loaded there is a third list: the fused top `sentence_depth` candidates ordered
+by their best sentence's similarity to the question (`SentenceMaxSim`), fused with the other two.
+It only reorders what the two permission-filtered rankers returned, so it can never widen what a
+principal sees; it lifts paraphrased questions, whose answer is one sentence of a longer passage.
+
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
 may not read. Results are cached under a key of tenant, user, sorted groups, query, as-of and
 the tenant's generation, so a revocation (generation bump) makes every older entry unreachable.
@@ -33,6 +38,7 @@ class RetrievalSettings:
     rrf_k: int = RRF_K
     cache_ttl_s: float = 60.0
     rerank_depth: int = 20
+    sentence_depth: int = 50
 
 
 @dataclass
@@ -43,6 +49,7 @@ class Ranking:
     dense: list[Hit]
     fused: list[tuple[str, float]]  # every candidate, RRF order, then reranked at the top when a reranker is set
     passages: dict[str, Passage]
+    sentence: list[tuple[str, float]] = field(default_factory=list)  # the sentence list, best first
     reranked: bool = False
 
 
@@ -77,6 +84,10 @@ class Retrieval:
         )
 
 
+def _rerank_input(passage: Passage) -> RerankInput:
+    return RerankInput(" > ".join(passage.heading_path) or passage.title, passage.text)
+
+
 class Retriever:
     def __init__(
         self,
@@ -86,8 +97,10 @@ class Retriever:
         cache: Cache | None,
         settings: RetrievalSettings | None = None,
         reranker: Reranker | None = None,
+        sentence_ranker: Reranker | None = None,
     ) -> None:
         self.reranker = reranker
+        self.sentence_ranker = sentence_ranker if embedder is not None else None
         self.lexical = lexical
         self.vector = vector if embedder is not None else None
         self.embedder = embedder
@@ -108,20 +121,24 @@ class Retriever:
         return self.vector.search(vector, access, limit or self.settings.candidates, self.settings.dense_floor)
 
     def rank(self, query: str, access: AccessFilter) -> Ranking:
-        """Both rankers, fusion over all their candidates, and the reranker over the fused top."""
+        """Both rankers, the sentence list over their fused top, fusion, and the reranker over the fused top."""
         lexical = self.lexical_hits(query, access)
         dense = self.dense_hits(query, access)
         by_id: dict[str, Passage] = {}
         for h in (*lexical, *dense):
             by_id.setdefault(h.passage.passage_id, h.passage)
-        fused = fuse(
-            [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]], k=self.settings.rrf_k
-        )
+        lists = [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]]
+        fused = fuse(lists, k=self.settings.rrf_k)
         ranking = Ranking(lexical, dense, fused, by_id)
+        if self.sentence_ranker is not None and fused and self.settings.sentence_depth > 0:
+            top = [pid for pid, _ in fused[: self.settings.sentence_depth]]
+            scores = self.sentence_ranker.score(query, [_rerank_input(by_id[pid]) for pid in top])
+            ranking.sentence = sorted(zip(top, scores, strict=True), key=lambda t: -t[1])
+            ranking.fused = fused = fuse([*lists, [pid for pid, _ in ranking.sentence]], k=self.settings.rrf_k)
         if self.reranker is not None and fused:
             depth = max(self.settings.rerank_depth, 1)
             head = fused[:depth]
-            inputs = [RerankInput(" > ".join(by_id[pid].heading_path), by_id[pid].text) for pid, _ in head]
+            inputs = [_rerank_input(by_id[pid]) for pid, _ in head]
             scores = self.reranker.score(query, inputs)
             order = sorted(range(len(head)), key=lambda i: (-scores[i], i))  # ties keep the fused order
             ranking.fused = [(head[i][0], scores[i]) for i in order] + fused[depth:]

@@ -99,11 +99,11 @@ class Settings(BaseSettings):
     bm25_title_weight: float = 0.5  # lexical field weights (FTS5 columns, Elasticsearch boosts); body is 1.0
     bm25_heading_weight: float = 1.5
     dense_floor: float = 0.30
-    rrf_k: int = 60
-    rerank_model_path: Path | None = (
-        None  # a local cross-encoder export (model.onnx + tokenizer.json); none: no reranking
-    )
+    rrf_k: int = 10  # measured with three lists on the evaluation sets (eval/*/README.md); 60 lost paraphrases
+    # A local cross-encoder export (model.onnx + tokenizer.json); None: no reranking.
+    rerank_model_path: Path | None = None
     rerank_depth: int = 20
+    sentence_depth: int = 50  # fused candidates the sentence list reorders (needs the embedder); 0: off
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True

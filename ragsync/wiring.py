@@ -110,6 +110,13 @@ class Components:
 
         return load_reranker(self.settings.rerank_model_path)
 
+    @cached_property
+    def sentence_ranker(self) -> Reranker | None:
+        from query.rerank import SentenceMaxSim
+
+        embedder = self.embedder
+        return SentenceMaxSim(embedder) if embedder is not None and self.settings.sentence_depth > 0 else None
+
     def opened(self) -> list[str]:
         """Names of the ports opened so far (tests check that a command opened only what it needs)."""
         ports = ("events", "lexical", "embedder", "vector", "cache", "docs", "audit")
@@ -141,8 +148,10 @@ class Components:
                 rrf_k=s.rrf_k,
                 cache_ttl_s=s.cache_ttl_s,
                 rerank_depth=s.rerank_depth,
+                sentence_depth=s.sentence_depth,
             ),
             self.reranker,
+            self.sentence_ranker,
         )
 
     def model(self) -> Model:
@@ -152,7 +161,7 @@ class Components:
             return AnthropicModel.from_settings(self.settings)
         from query.extractive import ExtractiveModel
 
-        return ExtractiveModel()
+        return ExtractiveModel(self.embedder)
 
     def query_worker(self, model: Model | None = None) -> QueryWorker:
         s = self.settings

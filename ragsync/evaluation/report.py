@@ -55,13 +55,15 @@ def build_report(
                 "rrf_k": s.rrf_k,
                 "reranker": ctx.reranker.name if ctx.reranker is not None else None,
                 "rerank_depth": s.rerank_depth if ctx.reranker is not None else None,
+                "sentence_depth": s.sentence_depth if ctx.sentence_ranker is not None else 0,
                 "max_searches": ctx.worker.max_searches,
             },
             "elapsed_s": round(elapsed_s, 2),
             "notes": [
                 "recall@k = share of a question's gold spans in the ranker's top k (averaged over answerable "
                 "questions); bm25/dense are the floored candidate lists Retriever.search fuses; fused = RRF over them, "
-                "reordered at the top by the reranker when one is configured",
+                "with the sentence list (best-sentence similarity over the fused top sentence_depth) as a third "
+                "list, then reordered at the top by the reranker when one is configured",
                 "loop = the worker with the configured max_searches; single = the same worker with max_searches=1; "
                 "result cache off for both",
             ],

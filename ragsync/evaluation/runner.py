@@ -51,7 +51,9 @@ class _RecordingRetriever(Retriever):
     """Keeps every passage the worker's searches returned, for the per-passage ACL re-check."""
 
     def __init__(self, base: Retriever) -> None:
-        super().__init__(base.lexical, base.vector, base.embedder, None, base.settings, base.reranker)
+        super().__init__(
+            base.lexical, base.vector, base.embedder, None, base.settings, base.reranker, base.sentence_ranker
+        )
         self.seen: list[Passage] = []
 
     def search(self, principal: Principal, query: str, as_of: datetime, k: int | None = None) -> Retrieval:
@@ -72,6 +74,7 @@ class EvalContext:
     retrieval: RetrievalSettings
     worker: WorkerSettings
     reranker: Reranker | None = None
+    sentence_ranker: Reranker | None = None
 
     @classmethod
     def from_components(cls, components: Components) -> EvalContext:
@@ -85,6 +88,7 @@ class EvalContext:
             retrieval=base.retriever.settings,
             worker=base.settings,
             reranker=base.retriever.reranker,
+            sentence_ranker=base.retriever.sentence_ranker,
         )
 
     @property
@@ -98,7 +102,9 @@ class Evaluator:
         self.ks = tuple(sorted(set(ks)))
         # No result cache: the loop and single runs ask the same first query, and a cache hit would
         # make the second run look faster than it is.
-        self.retriever = Retriever(ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval, ctx.reranker)
+        self.retriever = Retriever(
+            ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval, ctx.reranker, ctx.sentence_ranker
+        )
         self._states: dict[tuple[str, str], DocState | None] = {}
         self.tenants: list[str] = []
 

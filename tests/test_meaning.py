@@ -1,0 +1,117 @@
+"""Scoring by meaning with the real embedding model: the sentence list of the Retriever and the
+extractive model's sentence choice, on paraphrased questions that share no content word with the
+sentence that answers them. The model is the one users run (all-MiniLM-L6-v2), never a stub.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import NOW, make_passage
+
+from indexer.chunker import chunk_document
+from indexer.qdrant_edge import EdgeVectorIndex
+from indexer.sink import embedding_text
+from indexer.sqlite_fts import SqliteLexicalIndex
+from query.citations import check_claims
+from query.extractive import ExtractiveModel
+from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, RerankInput
+from query.rerank import SentenceMaxSim
+from query.retrieval import RetrievalSettings, Retriever
+from query.sentences import sentences
+from schemas.decisions import Claim
+from schemas.principal import AccessFilter, Principal
+
+ANN = Principal(tenant="acme", user="ann", groups=("staff",))
+
+LONG = (
+    "The archive service stores monthly snapshots of every project. Snapshots are compressed with zstd "
+    "and written to the cold tier. Operators can browse them in the console. A snapshot older than "
+    "seven years is deleted permanently by the nightly sweep. Restores take up to four hours."
+)
+SHORT = "Project archives appear in the console under the Archive tab for every operator."
+
+
+def test_sentences_join_lines_too_short_to_quote() -> None:
+    text = "| Default: | None |\n| Context: | server config |\nA full sentence stands on its own here."
+    assert sentences(text) == [
+        "| Default: | None |\n| Context: | server config |",
+        "A full sentence stands on its own here.",
+    ]
+
+
+def test_a_passage_scores_as_its_best_sentence(embedder: Any) -> None:
+    ranker = SentenceMaxSim(embedder)
+    question = "When do old backups get thrown away for good?"
+    long_score, short_score = ranker.score(question, [RerankInput("Archive", LONG), RerankInput("Archive", SHORT)])
+    assert long_score > short_score
+    # The whole passage's vector dilutes the one sentence that answers; its best sentence does not.
+    whole = float(embedder.embed([f"Archive: {LONG}"])[0] @ embedder.embed_query(question))
+    assert long_score > whole
+
+
+def test_retriever_fuses_the_sentence_list(tmp_path: Path, embedder: Any) -> None:
+    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
+    vector = EdgeVectorIndex(tmp_path / "vectors", embedder.dim)
+    passages = [
+        make_passage(LONG, anchor="long-1", heading_path=("Archive",)),
+        make_passage(SHORT, anchor="short-1", heading_path=("Archive",)),
+        make_passage("The cafeteria serves lunch from noon to two.", anchor="food-1", heading_path=("Food",)),
+    ]
+    try:
+        lexical.upsert(passages)
+        vector.upsert(passages, embedder.embed([embedding_text(p) for p in passages]))
+        access = AccessFilter.for_principal(ANN, NOW)
+        settings = RetrievalSettings(dense_floor=0.0)
+        ranking = Retriever(lexical, vector, embedder, None, settings, None, SentenceMaxSim(embedder)).rank(
+            "When do old backups get thrown away for good?", access
+        )
+        assert ranking.sentence and ranking.sentence[0][0] == "doc.md@1#long-1"
+        assert ranking.fused[0][0] == "doc.md@1#long-1"
+        plain = Retriever(lexical, vector, embedder, None, settings).rank(
+            "When do old backups get thrown away?", access
+        )
+        assert plain.sentence == []
+    finally:
+        lexical.close()
+        vector.close()
+
+
+def evidence_of(*texts: tuple[str, str]) -> tuple[Evidence, ...]:
+    return tuple(Evidence(f"doc@1#p-{i}", heading, text) for i, (heading, text) in enumerate(texts))
+
+
+def test_meaning_picks_the_sentence_that_answers_a_paraphrase(embedder: Any) -> None:
+    model = ExtractiveModel(embedder)
+    evidence = evidence_of(("Archive", f"{SHORT} {LONG}"), ("Food", "The cafeteria serves lunch from noon to two."))
+    question = "When do old backups get thrown away for good?"
+    best = model.candidates(question, evidence)[0]  # same passage, same rank prior: meaning decides
+    assert best.sentence == "A snapshot older than seven years is deleted permanently by the nightly sweep."
+    # Word overlap alone has nothing to go on: no content word of the question is in the answer.
+    assert ExtractiveModel().candidates(question, evidence) == []
+
+
+def test_answers_quote_the_best_sentence_and_pass_the_four_citation_checks(embedder: Any) -> None:
+    model = ExtractiveModel(embedder)
+    chunks = chunk_document(f"# Archive\n\n{LONG}\n\n{SHORT}\n", "markdown")
+    passages = {
+        f"doc.md@1#{c.anchor}": make_passage(c.text, anchor=c.anchor, heading_path=c.heading_path) for c in chunks
+    }
+    evidence = tuple(Evidence(pid, " > ".join(p.heading_path), p.text) for pid, p in passages.items())
+    question = "How old must a project snapshot be before the nightly sweep deletes it?"
+    call = model.decide(ModelTurn(question, evidence, (TOOL_SUBMIT,)))
+    assert call.input.get("claims"), call
+    claims = [Claim.model_validate(c) for c in call.input["claims"]]
+    assert check_claims(claims, passages) == []
+    assert claims[0].quote == "A snapshot older than seven years is deleted permanently by the nightly sweep."
+
+
+def test_abstains_when_nothing_is_close_in_meaning(embedder: Any) -> None:
+    model = ExtractiveModel(embedder)
+    evidence = evidence_of(("Archive", LONG), ("Food", "The cafeteria serves lunch from noon to two."))
+    question = "Who won the football world cup in 2018?"
+    call = model.decide(ModelTurn(question, evidence, (TOOL_SEARCH, TOOL_SUBMIT), (question,)))
+    assert call.name == TOOL_SEARCH
+    final = model.decide(ModelTurn(question, evidence, (TOOL_SUBMIT,), (question, call.input["query"])))
+    assert final.input == {"abstain": True, "reason": "no passage answers the question"}
