@@ -31,11 +31,14 @@ HERE = Path(__file__).resolve().parents[1] / "eval" / "python-manual"
 
 # Measured on the CI subset (48 questions: 33 answerable, 15 expect abstain, 7 of them denied by design).
 # One question is worth ~0.03 of recall or answer rate; each threshold leaves about one question of slack.
-MIN_FUSED_RECALL_AT_10 = 0.93  # measured 0.970
+# Re-measured after the retrieval work (issue 12: generic extraction, field weights, best-sentence list,
+# RRF k=10, extractive model by meaning).
+MIN_FUSED_RECALL_AT_10 = 0.96  # measured 1.000
 MIN_BM25_RECALL_AT_10 = 0.90  # measured 0.939
 MIN_DENSE_RECALL_AT_10 = 0.93  # measured 0.970
-MIN_FUSED_MRR = 0.74  # measured 0.777
-MIN_ANSWER_RATE = 0.57  # measured 0.606 (20/33: the extractive model abstains on paraphrases)
+MIN_FUSED_MRR = 0.76  # measured 0.797
+MIN_ANSWER_RATE = 0.60  # measured 0.636 (21/33: the extractive model still answers no paraphrase)
+MIN_GROUNDED_RATE = 0.57  # measured 0.606 (20/33)
 # Every expect-abstain question must abstain (measured 15/15): the evidence heading no longer carries the
 # page <title>, whose "— Python 3.11.2 documentation" once lent "python 3 11" to every sentence.
 MIN_ABSTAIN_RATE = 1.0
@@ -125,6 +128,7 @@ def test_python_manual_ci_subset_meets_the_quality_gates(tmp_path: Path) -> None
     assert overall["retrieval"]["bm25"]["recall@10"] >= MIN_BM25_RECALL_AT_10, overall["retrieval"]
     assert overall["retrieval"]["dense"]["recall@10"] >= MIN_DENSE_RECALL_AT_10, overall["retrieval"]
     assert overall["retrieval"]["fused"]["mrr"] >= MIN_FUSED_MRR, overall["retrieval"]
+    assert overall["loop"]["grounded_answer_rate"] >= MIN_GROUNDED_RATE, overall["loop"]
     assert "not_in_store" not in report["miss_stages"], "a gold quote is not in any stored passage (chunking)"
     assert overall["single"]["searches_per_question"] == 1.0
 
