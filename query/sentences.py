@@ -16,12 +16,19 @@ MIN_QUOTE_WORDS = 4
 def sentences(text: str) -> list[str]:
     """Citable units: each line (table rows, list items) cut into sentences, at least 4 words.
 
-    A line too short to quote alone ("| Default: | None |") is joined to the lines after it until
-    the quote is long enough; the quote check folds the line break into a space, so it still matches.
+    A prose line too short to quote alone is joined to the lines after it until the quote is long
+    enough; the quote check folds the line break into a space, so it still matches. Table lines are
+    never joined: a passage repeats the header above each row, so header and row are adjacent in the
+    passage but not in the file the reader opens, and a quote must be found there too.
     """
     out: list[str] = []
     pending = ""
     for line in text.split("\n"):
+        if line.lstrip().startswith("|"):
+            pending = ""
+            if word_count(line) >= MIN_QUOTE_WORDS:
+                out.append(line.strip())
+            continue
         for sentence in split_sentences(line):
             candidate = f"{pending}\n{sentence}" if pending else sentence
             if word_count(candidate) >= MIN_QUOTE_WORDS:

@@ -33,12 +33,9 @@ LONG = (
 SHORT = "Project archives appear in the console under the Archive tab for every operator."
 
 
-def test_sentences_join_lines_too_short_to_quote() -> None:
-    text = "| Default: | None |\n| Context: | server config |\nA full sentence stands on its own here."
-    assert sentences(text) == [
-        "| Default: | None |\n| Context: | server config |",
-        "A full sentence stands on its own here.",
-    ]
+def test_sentences_join_prose_lines_too_short_to_quote_but_never_table_lines() -> None:
+    text = "Exceptions:\nDigital goods are final.\n| Level | Band |\n| Senior engineer | 90,000 EUR |\nShort."
+    assert sentences(text) == ["Exceptions:\nDigital goods are final.", "| Senior engineer | 90,000 EUR |"]
 
 
 def test_a_passage_scores_as_its_best_sentence(embedder: Any) -> None:
