@@ -70,6 +70,7 @@ def _state(src: dict[str, Any]) -> DocState:
         content_hash=src.get("content_hash"),
         chunker_version=src.get("chunker_version"),
         passage_ids=list(src.get("passage_ids") or []),
+        tombstone_version=src.get("tombstone_version"),
     )
 
 
@@ -96,8 +97,11 @@ class ElasticDocStates:
                 "content_hash": {"type": "keyword"},
                 "chunker_version": {"type": "keyword"},
                 "passage_ids": _STORED_ONLY,
+                "tombstone_version": {"type": "long"},
             },
         )
+        # Indexes created before the field existed (the mapping is strict): add it.
+        self._es.indices.put_mapping(index=self.index, properties={"tombstone_version": {"type": "long"}})
 
     def get(self, tenant: str, doc_id: str) -> DocState | None:
         try:

@@ -182,6 +182,9 @@ class DocState:
     content_hash: str | None = None
     chunker_version: str | None = None
     passage_ids: list[str] = field(default_factory=list)
+    tombstone_version: int | None = None
+    """The newest delete applied: every version at or below it is dead for good, even once the
+    document is re-created, so a late upsert of deleted content can never bring it back."""
 
 
 class DocStateStore(Protocol):

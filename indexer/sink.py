@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -69,19 +69,29 @@ def embedding_text(passage: Passage) -> str:
 def is_stale(event: Event, state: DocState | None) -> bool:
     """Whether the event is older than what it would change. Pure, so the rules are testable alone.
 
-    A tombstone stops everything older than the deletion; an upsert is stale against the current
-    content, an ACL event against the current ACL (upserts carry an ACL too), and a deletion
-    against anything applied after it (the document was re-created).
+    A tombstone stops everything at or before the deletion, for good (even once the document is
+    re-created); an upsert is stale against the current content, an ACL event against the current
+    ACL (upserts carry an ACL too). A deletion is stale only against an older-or-equal deletion:
+    one that arrives after events newer than itself (an ACL change of the re-created document
+    overtook it) still removes the content it deleted.
     """
     if state is None:
         return False
-    if state.deleted and event.version <= state.applied_version:
+    tombstone = tombstone_of(state)
+    if tombstone is not None and event.version <= tombstone:
         return True
     if event.kind is EventKind.UPSERT:
         return state.content_version is not None and event.version <= state.content_version
     if event.kind is EventKind.ACL:
         return state.acl_version is not None and event.version <= state.acl_version
-    return event.version <= state.applied_version
+    return False
+
+
+def tombstone_of(state: DocState) -> int | None:
+    """The newest delete applied (states written before the field: a tombstone's applied version)."""
+    if state.tombstone_version is not None:
+        return state.tombstone_version
+    return state.applied_version if state.deleted else None
 
 
 class IndexSink:
@@ -219,8 +229,11 @@ class IndexSink:
         self, event: Event, payload: UpsertPayload, state: DocState | None, vectors: Vectors | None = None
     ) -> ApplyResult:
         # An ACL event newer than this upsert may already have been applied (it overtook the
-        # document backlog): the content lands, under that newer ACL.
-        acl_version = state.acl_version if state is not None and not state.deleted else None
+        # document backlog, or the delete before it): the content lands, under that newer ACL.
+        tombstone = tombstone_of(state) if state is not None else None
+        acl_version = state.acl_version if state is not None else None
+        if acl_version is not None and tombstone is not None and acl_version <= tombstone:
+            acl_version = None  # the ACL of deleted content
         newer_acl = acl_version is not None and acl_version > event.version
         acl = state.acl if newer_acl and state is not None else payload.acl
         passages = self.passages_for(event, payload, acl)
@@ -255,6 +268,7 @@ class IndexSink:
                 content_hash=payload.content_hash,
                 chunker_version=CHUNKER_VERSION,
                 passage_ids=[p.passage_id for p in passages],
+                tombstone_version=tombstone,
             )
         )
         return result
@@ -263,6 +277,8 @@ class IndexSink:
         self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
         self.cache.bump(event.tenant)
         new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
+        # On a tombstone the document stays deleted: the ACL waits for its re-created content.
+        new_state.tombstone_version = tombstone_of(new_state)
         new_state.applied_version = max(event.version, new_state.applied_version)
         new_state.acl = payload.acl
         new_state.acl_version = event.version
@@ -272,13 +288,35 @@ class IndexSink:
     def _delete(
         self, event: Event, payload: DeletePayload, state: DocState | None, received_at: datetime
     ) -> ApplyResult:
-        removed = self.lexical.count(event.tenant, event.doc_id)
+        # Content newer than the delete may already be applied (the document was re-created and its
+        # upsert overtook this delete): then only the versions the delete deleted are removed.
+        recreated = (
+            state is not None
+            and not state.deleted
+            and state.content_version is not None
+            and state.content_version > event.version
+        )
         removed_at: dict[str, datetime] = {}
-        self.lexical.delete_doc(event.tenant, event.doc_id)
-        removed_at[self.lexical.name] = self.clock()
-        if self.vector is not None:
-            self.vector.delete_doc(event.tenant, event.doc_id)
-            removed_at[self.vector.name] = self.clock()
+        if recreated:
+            doomed = [
+                p.passage_id for p in self.lexical.inventory(event.tenant, event.doc_id) if p.version < event.version
+            ]
+            removed = len(doomed)
+            self.lexical.delete_passages(event.tenant, doomed)
+            removed_at[self.lexical.name] = self.clock()
+            if self.vector is not None:
+                old = [
+                    p.passage_id for p in self.vector.inventory(event.tenant, event.doc_id) if p.version < event.version
+                ]
+                self.vector.delete_passages(event.tenant, old)
+                removed_at[self.vector.name] = self.clock()
+        else:
+            removed = self.lexical.count(event.tenant, event.doc_id)
+            self.lexical.delete_doc(event.tenant, event.doc_id)
+            removed_at[self.lexical.name] = self.clock()
+            if self.vector is not None:
+                self.vector.delete_doc(event.tenant, event.doc_id)
+                removed_at[self.vector.name] = self.clock()
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
         self.audit.append(
@@ -293,15 +331,22 @@ class IndexSink:
                 passages_removed=removed,
             )
         )
-        self.docs.put(
-            DocState(
+        newer_acl = state is not None and state.acl_version is not None and state.acl_version > event.version
+        if recreated and state is not None:
+            kept = replace(state, tombstone_version=event.version)
+        else:
+            kept = DocState(
                 tenant=event.tenant,
                 doc_id=event.doc_id,
                 applied_version=event.version,
                 deleted=True,
                 acl=state.acl if state else (),
+                tombstone_version=event.version,
             )
-        )
+        if state is not None:  # an ACL newer than the delete belongs to the re-created document: keep it
+            kept.applied_version = max(event.version, state.applied_version)
+            kept.acl_version = state.acl_version if newer_acl else None
+        self.docs.put(kept)
         log.info(
             "deleted %s/%s v%d (%s): %d passages",
             event.tenant,

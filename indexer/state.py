@@ -74,6 +74,8 @@ class StateDb:
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(doc_state)")}
         if "acl_version" not in columns:  # homes written before content and ACL versions were split
             self.conn.execute("ALTER TABLE doc_state ADD COLUMN acl_version INTEGER")
+        if "tombstone_version" not in columns:  # homes written before deletes kept a floor
+            self.conn.execute("ALTER TABLE doc_state ADD COLUMN tombstone_version INTEGER")
         _migrate_unchained(self.conn)
         self.lock = threading.RLock()
         self.deferred = deferred
@@ -131,7 +133,7 @@ class SqliteDocStates:
         with self._db.lock:
             row = self._db.conn.execute(
                 "SELECT applied_version, deleted, acl, content_version, acl_version, content_hash, chunker_version,"
-                " passage_ids FROM doc_state WHERE tenant = ? AND doc_id = ?",
+                " passage_ids, tombstone_version FROM doc_state WHERE tenant = ? AND doc_id = ?",
                 (tenant, doc_id),
             ).fetchone()
         if row is None:
@@ -147,13 +149,15 @@ class SqliteDocStates:
             content_hash=row[5],
             chunker_version=row[6],
             passage_ids=list(json.loads(row[7])),
+            tombstone_version=row[8],
         )
 
     def put(self, state: DocState) -> None:
         with self._db.lock:
             self._db.write(
                 "INSERT OR REPLACE INTO doc_state(tenant, doc_id, applied_version, deleted, acl, content_version,"
-                " acl_version, content_hash, chunker_version, passage_ids) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " acl_version, content_hash, chunker_version, passage_ids, tombstone_version)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     state.tenant,
                     state.doc_id,
@@ -165,6 +169,7 @@ class SqliteDocStates:
                     state.content_hash,
                     state.chunker_version,
                     json.dumps(state.passage_ids),
+                    state.tombstone_version,
                 ),
             )
 

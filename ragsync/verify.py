@@ -84,6 +84,9 @@ def reconcile_stores(state: DocState, held: Mapping[str, Sequence[StoredPassage]
     acl = tuple(sorted(set(state.acl)))
     expected = set(state.passage_ids)
     for store, passages in held.items():
+        dead = [p for p in passages if state.tombstone_version is not None and p.version <= state.tombstone_version]
+        if dead:
+            found("tombstone", store, f"{len(dead)} passages of versions deleted at v{state.tombstone_version} remain")
         wrong_acl = [p for p in passages if p.acl != acl]
         if wrong_acl:
             first = wrong_acl[0]
