@@ -283,8 +283,12 @@ def test_deletes_and_recreations_in_any_arrival_order(parts: dict[str, Any]) -> 
     sink, lexical = parts["sink"], parts["lexical"]
     sink.apply(upsert(1, "Printer manual text."))
     sink.apply(upsert(4, "Printer manual text, re-created."))  # the file came back after being deleted (v3)
-    assert sink.apply(delete(3)).outcome is Outcome.STALE, "a deletion older than the re-creation"
+    # A deletion older than the re-creation still removes what it deleted (v1, answerable as of its
+    # dates otherwise), and nothing newer.
+    assert sink.apply(delete(3)).outcome is Outcome.APPLIED
     assert texts(lexical, "printer manual") == ["Printer manual text, re-created."]
+    assert {p.version for p in lexical.inventory("acme", "t:p.md")} == {4}
+    assert sink.apply(delete(3)).outcome is Outcome.STALE, "a redelivered deletion"
     sink.apply(delete(5))
     assert sink.apply(acl(4, ("group:x",))).outcome is Outcome.STALE
     assert sink.apply(upsert(2, "Printer manual text.")).outcome is Outcome.STALE
@@ -298,7 +302,9 @@ def test_staleness_rules() -> None:
     live = DocState("acme", "t:p.md", applied_version=5, acl=("group:a",), content_version=3, acl_version=5)
     assert is_stale(upsert(3, "x"), live) and not is_stale(upsert(4, "x"), live)
     assert is_stale(acl(5, ("group:b",)), live) and not is_stale(acl(6, ("group:b",)), live)
-    assert is_stale(delete(5), live) and not is_stale(delete(6), live)
+    assert not is_stale(delete(5), live), "a deletion overtaken by newer events still removes older content"
+    floored = DocState("acme", "t:p.md", applied_version=5, content_version=5, tombstone_version=4)
+    assert is_stale(delete(4), floored) and is_stale(upsert(4, "x"), floored) and not is_stale(delete(6), floored)
     gone = DocState("acme", "t:p.md", applied_version=7, deleted=True)
     assert is_stale(upsert(7, "x"), gone) and not is_stale(upsert(8, "x"), gone)
     assert is_stale(acl(6, ("group:b",)), gone) and is_stale(delete(7), gone)
