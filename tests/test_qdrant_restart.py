@@ -172,10 +172,11 @@ def test_qdrant_restart_during_ingest_loses_nothing(tmp_path: Path, qdrant: Priv
         assert count(qdrant.url, tag) >= before, "points acknowledged before the crash survive it"
 
         from indexer.elastic import ElasticLexicalIndex
+        from schemas.events import qualify_doc_id, source_name_from
 
         lexical = ElasticLexicalIndex("http://127.0.0.1:9200", prefix=tag)
         try:
-            docs = [f"acme/doc{i:03d}.md" for i in range(DOCS)]
+            docs = [qualify_doc_id(source_name_from(drive.name, "drive"), f"acme/doc{i:03d}.md") for i in range(DOCS)]
 
             def converged() -> bool:
                 return all(0 < lexical.count("acme", d) == count(qdrant.url, tag, d) for d in docs)
