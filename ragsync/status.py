@@ -63,9 +63,8 @@ def home_status(components: Components, owner: OwnerInfo | None, *, stores: bool
         indexed = getattr(vector, "indexed", None)
         if indexed is not None:
             dense["hnsw_indexed_points"] = indexed()[1]
-    else:
-        total = sum(passages.values())
-        dense.update(passages=total, vectors=0, missing=total, complete=total == 0)
+    else:  # no model loaded: dense retrieval is off, and whatever the vectors are, they are not searched
+        dense.update(passages=sum(passages.values()), complete=False)
     info["dense"] = dense
     info["vector"] = vector.name if vector is not None else None
     info["embedding_model"] = dense["model"]

@@ -28,6 +28,7 @@ def environment(home: Path, **extra: str) -> dict[str, str]:
         RAGSYNC_EMBED_MODEL_PATH=str(MODEL_PATH),
         RAGSYNC_SESSION_SECRET=SECRET,
         RAGSYNC_CONFIG=os.devnull,
+        RAGSYNC_METRICS_PORT="0",  # a free port: never the shared default another serve may hold
         PYTHONPATH=str(ROOT),
     )
     env.update(extra)
