@@ -38,6 +38,17 @@ BOOTSTRAP = "127.0.0.1:9092"
 RESULTS = REPO / "bench" / "results" / "revocation_behind_backlog.json"
 
 
+def record_result(profile: str, result: dict[str, object]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        recorded = json.loads(RESULTS.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    recorded = recorded if isinstance(recorded, dict) and "scenario" not in recorded else {}
+    recorded[profile] = result
+    RESULTS.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+
+
 def stores_profile() -> str:
     """Which stores the workers use: RAGSYNC_TEST_STORES wins, else cluster when it can run."""
     forced = os.environ.get("RAGSYNC_TEST_STORES")
@@ -527,15 +538,10 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
         "cpu_count": os.cpu_count(),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    # One entry per store profile, so a cluster run does not erase the embedded measurement.
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        recorded = json.loads(RESULTS.read_text())
-    except (OSError, ValueError):
-        recorded = {}
-    recorded = recorded if isinstance(recorded, dict) and "scenario" not in recorded else {}
-    recorded[d.profile] = result
-    RESULTS.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+    # Recorded only on request (RAGSYNC_RECORD_RESULTS=1): a test run must never rewrite a committed
+    # result file behind the developer's back. One entry per store profile.
+    if os.environ.get("RAGSYNC_RECORD_RESULTS") == "1":
+        record_result(d.profile, result)
     drained = "not waited for" if drained_s is None else f"{drained_s:.1f}s"
     print(
         f"\nrevocation behind {backlog} upserts applied in {revocation_s:.2f}s "
