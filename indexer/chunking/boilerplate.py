@@ -32,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from indexer.text import html_for_parser
+
 _VOID = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 )
@@ -365,14 +367,19 @@ def main_content(content: str) -> str:
     marked = _LINK_END.sub(lambda m: _LINK_CLOSE.ljust(len(m.group(0))), content)
     marked = _LINK_START.sub(lambda m: _mark_start(m.group(0)), marked)
     outline = _Outline(marked)
-    outline.feed(marked)
+    # Marking links can leave a construct open at the end (see html_reader._parse); html_for_parser
+    # changes nothing before the last ">", so every offset the outline records stays valid.
+    outline.feed(html_for_parser(marked))
     root = outline.finish()
     landmark = _landmark(root)
     scope = landmark if landmark is not None and landmark.words else root
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), non-overlapping
 
-    def visit(node: _Node) -> None:
-        for child in node.children:
+    def visit(top: _Node) -> None:
+        """Depth first, with a stack: 20,000 unclosed <div>s nest that deep."""
+        stack = list(reversed(top.children))
+        while stack:
+            child = stack.pop()
             if child.tag in _RAW:
                 continue
             if _frame(child):
@@ -380,7 +387,7 @@ def main_content(content: str) -> str:
                 continue
             if child.tag == "table" and _layout_table(child):
                 _unwrap_table(child, edits)
-            visit(child)
+            stack.extend(reversed(child.children))
 
     if scope is not root:
         edits.append((0, scope.inner, ""))

@@ -459,5 +459,7 @@ def read_html(content: str, title: str = "") -> list[Unit]:
 
 def _parse(content: str) -> list[Unit]:
     reader = _HtmlReader()
-    reader.feed(content)
+    # Again: removing inline and link tags can leave a construct open at the end ("<a <a <a >" loses
+    # its one ">" with the last "<a >"), which HTMLParser would rescan from every "<" (issue 8 item 7).
+    reader.feed(html_for_parser(content))
     return reader.finish()
