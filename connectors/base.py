@@ -18,10 +18,11 @@ from typing import Literal, Protocol
 from markdown_it import MarkdownIt
 
 from connectors.front_matter import read_front_matter
+from indexer.chunking.rst import rst_metadata
 from indexer.text import html_for_parser
+from schemas.events import ContentType as ContentType
+from schemas.events import TextContentType as TextContentType
 from schemas.instants import parse_instant
-
-ContentType = Literal["markdown", "html", "text"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def parse_effective_from(value: object) -> datetime:
 
 
 def content_metadata(content_type: ContentType, text: str) -> ContentMeta:
-    """Title and effective date stated inside the content. Raises ValueError on an unreadable date.
+    """Title and effective date stated inside a text format. Raises ValueError on an unreadable date.
 
     A bad date is an error rather than "no date": publishing a policy meant for later as
     effective now would answer questions with rules that do not apply yet.
@@ -97,7 +98,16 @@ def content_metadata(content_type: ContentType, text: str) -> ContentMeta:
         return _markdown_meta(text)
     if content_type == "html":
         return _html_meta(text)
+    if content_type == "rst":
+        return _rst_meta(text)
     return ContentMeta()
+
+
+def _rst_meta(text: str) -> ContentMeta:
+    """The document title, and `:effective_from:` in the field list at the top (docutils' docinfo)."""
+    meta = rst_metadata(text)
+    raw = meta.fields.get("effective_from") or meta.fields.get("effective-from")
+    return ContentMeta(meta.title, parse_effective_from(raw) if raw else None)
 
 
 _MD = MarkdownIt("commonmark")

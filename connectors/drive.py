@@ -1,4 +1,6 @@
-"""A folder of Markdown, HTML and text files as a source; access comes from `.ragsync-acl.toml` manifests.
+"""A folder of documents (Markdown, HTML, text, reST, CSV/TSV, PDF, DOCX) as a source.
+
+Access comes from `.ragsync-acl.toml` manifests:
 
     # acme/.ragsync-acl.toml
     tenant = "acme"
@@ -74,7 +76,15 @@ EXTENSIONS: dict[str, ContentType] = {
     ".html": "html",
     ".htm": "html",
     ".txt": "text",
+    ".rst": "rst",
+    ".rest": "rst",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".pdf": "pdf",
+    ".docx": "docx",
 }
+"""What a drive may hold (connectors.formats reads each); any other file is reported as "unsupported type"."""
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 """Files above this are skipped as "too large" before they are read (a setting may raise it)."""
 

@@ -12,6 +12,7 @@ unmounted share must never wipe an index.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,8 +20,8 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
-from connectors.decoding import BinaryContent, decode_text
+from connectors.base import Skipped, SourceConnector, SourceDocument
+from connectors.formats import BinaryContent, Content, Unreadable, read_content
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id, qualify_doc_id
@@ -178,13 +179,16 @@ async def scan(
             content_hash = hashlib.sha256(data).hexdigest()
             if record_live is None or force or record_live.content_hash != content_hash:
                 try:
-                    text, encoding = decode_text(data)
+                    content = await asyncio.to_thread(read_content, doc.content_type, data)
                 except BinaryContent as exc:
                     report.skipped.append(Skipped(doc.doc_id, "binary", str(exc)))
                     raise
-                if encoding is not None:
-                    report.decoded.append(f"{doc.doc_id}: decoded as {encoding}")
-                payload = upsert_payload(doc, data, content_hash, acl, text=text)
+                except Unreadable as exc:
+                    report.skipped.append(Skipped(doc.doc_id, "unreadable", str(exc)))
+                    raise
+                if content.encoding is not None:
+                    report.decoded.append(f"{doc.doc_id}: decoded as {content.encoding}")
+                payload = upsert_payload(doc, data, content_hash, acl, content=content)
                 event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, payload, now())
         except Exception as exc:
             # One document's bad content (an unreadable file, an impossible date, a parser bug) is
@@ -243,22 +247,23 @@ async def _no_fetch() -> bytes:
 
 
 def upsert_payload(
-    doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...], *, text: str | None = None
+    doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...], *, content: Content | None = None
 ) -> UpsertPayload:
     """The upsert for fetched content; shared with push sources (connectors.webhook) so both read metadata alike.
 
-    `text` is `data` already decoded; otherwise it is decoded here (connectors.decoding: never with
-    replacement characters; BinaryContent, a ValueError, for bytes that are not text).
+    `content` is `data` already read (connectors.formats); otherwise it is read here: decoded
+    without replacement characters, or extracted for PDF and DOCX. A ValueError (BinaryContent,
+    Unreadable, a bad effective date) means the document is not to be indexed.
     """
-    if text is None:
-        text, _ = decode_text(data)
-    meta = content_metadata(doc.content_type, text)  # ValueError on a bad effective date
+    if content is None:
+        content = read_content(doc.content_type, data)
     return UpsertPayload(
-        title=meta.title or doc.title,
-        content=text,
+        title=content.title or doc.title,
+        content=content.text,
         content_type=doc.content_type,
         content_hash=content_hash,
         acl=acl,
         source_url=doc.source_url,
-        effective_from=doc.effective_from or meta.effective_from,
+        effective_from=doc.effective_from or content.effective_from,
+        extracted=content.extracted,
     )

@@ -77,7 +77,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from connectors.base import ContentType, SourceDocument
+from connectors.base import SourceDocument, TextContentType
 from connectors.drive import TENANT_PATTERN, format_validation_error
 from connectors.scan import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
@@ -139,7 +139,7 @@ class UpsertPush(_Push):
     action: Literal["upsert"]
     content: str
     acl: tuple[AclEntry, ...]  # required: a forgotten ACL must not silently mean "nobody" or "everybody"
-    content_type: ContentType = "markdown"
+    content_type: TextContentType = "markdown"  # a push carries text; PDF and DOCX come from drives
     title: str | None = None  # None: the title stated in the content, else the doc ID
     source_url: str = ""
     effective_from: EffectiveFrom | None = None  # None: the date stated in the content, if any

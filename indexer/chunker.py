@@ -23,24 +23,45 @@ Two choices worth knowing about:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
 
 from indexer.chunking.anchors import anchor_pieces
+from indexer.chunking.delimited import read_csv, read_tsv
+from indexer.chunking.extracted import read_extracted
 from indexer.chunking.html_reader import read_html
 from indexer.chunking.markdown import read_markdown
 from indexer.chunking.plain import read_text
+from indexer.chunking.rst import read_rst
 from indexer.chunking.sentences import sentences
 from indexer.chunking.sizing import apply_lead_ins, merge, size
-from indexer.chunking.units import Chunk, Reader, Unit, UnitBuilder
+from indexer.chunking.units import Chunk, Locus, Reader, Unit, UnitBuilder
+from schemas.events import TextContentType as ContentType
+from schemas.extracted import ExtractedDocument
 
-__all__ = ["CHUNKER_VERSION", "READERS", "Chunk", "ContentType", "Unit", "UnitBuilder", "chunk_document", "chunk_units"]
+__all__ = [
+    "CHUNKER_VERSION",
+    "READERS",
+    "Chunk",
+    "ContentType",
+    "Locus",
+    "Unit",
+    "UnitBuilder",
+    "chunk_document",
+    "chunk_extracted",
+    "chunk_units",
+]
 
 CHUNKER_VERSION = "structure-v2"  # bump whenever output for the same input may change (v2: boilerplate removal)
 
-ContentType = Literal["markdown", "html", "text"]
-
-READERS: Mapping[str, Reader] = {"markdown": read_markdown, "html": read_html, "text": read_text}
-"""One reader per content type; a new format adds its reader here and nothing else changes."""
+READERS: Mapping[str, Reader] = {
+    "markdown": read_markdown,
+    "html": read_html,
+    "text": read_text,
+    "csv": read_csv,
+    "tsv": read_tsv,
+    "rst": read_rst,
+}
+"""One reader per text content type; a new format adds its reader here and nothing else changes.
+Binary formats (PDF, DOCX) arrive already extracted into blocks: `chunk_extracted`."""
 
 
 def chunk_document(content: str, content_type: ContentType, *, max_chars: int = 1000, title: str = "") -> list[Chunk]:
@@ -52,6 +73,11 @@ def chunk_document(content: str, content_type: ContentType, *, max_chars: int = 
         raise ValueError(f"unsupported content type: {content_type!r}")
     content = content.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
     return chunk_units(reader(content, title), max_chars)
+
+
+def chunk_extracted(document: ExtractedDocument, *, max_chars: int = 1000) -> list[Chunk]:
+    """Passages of a document the connector extracted (PDF, DOCX), each with its page when it has one."""
+    return chunk_units(read_extracted(document), max_chars)
 
 
 def chunk_units(units: list[Unit], max_chars: int = 1000) -> list[Chunk]:

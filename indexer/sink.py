@@ -16,7 +16,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document
+from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document, chunk_extracted
 from indexer.ports import (
     Cache,
     DeletionAudit,
@@ -30,7 +30,7 @@ from indexer.ports import (
 )
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
-from schemas.passages import Passage, make_passage_id
+from schemas.passages import Passage, make_passage_id, url_at
 
 log = logging.getLogger(__name__)
 
@@ -198,9 +198,7 @@ class IndexSink:
         if chunks is None:
             if len(self._chunks) >= 4096:
                 self._chunks.clear()
-            chunks = chunk_document(
-                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
-            )
+            chunks = self.chunks(payload)
             self._chunks[key] = chunks
         return chunks
 
@@ -219,11 +217,18 @@ class IndexSink:
                 heading_path=chunk.heading_path,
                 title=payload.title,
                 text=chunk.text,
-                source_url=payload.source_url,
+                source_url=url_at(payload.source_url, chunk.locus.fragment) if chunk.locus else payload.source_url,
                 chunker_version=CHUNKER_VERSION,
             )
             for chunk in self._chunks_of(event, payload)
         ]
+
+    def chunks(self, payload: UpsertPayload) -> list[Chunk]:
+        if payload.extracted is not None:
+            return chunk_extracted(payload.extracted, max_chars=self.max_chars)
+        if payload.content_type == "pdf" or payload.content_type == "docx":  # the payload's validator forbids it
+            raise ValueError(f"{payload.content_type} upsert without extracted text")
+        return chunk_document(payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title)
 
     def _upsert(
         self, event: Event, payload: UpsertPayload, state: DocState | None, vectors: Vectors | None = None

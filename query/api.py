@@ -98,7 +98,13 @@ class Claim(BaseModel):
     statement: str
     quote: str = Field(description="Verbatim text of the cited passage.")
     passage_id: str = Field(description="doc@version#anchor")
-    source_url: str
+    source_url: str = Field(
+        description="Where to open the source; a PDF passage's URL opens at its page (#page=3), "
+        "a CSV/TSV row's at its row (#row=12)."
+    )
+    location: str | None = Field(
+        default=None, description='The page or row the quote is on ("page 3", "row 12"), when the format numbers them.'
+    )
 
 
 class AskResponse(BaseModel):

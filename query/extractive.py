@@ -67,6 +67,17 @@ class Candidate:
     sentence: str
 
 
+def _is_row(line: str) -> bool:
+    return len(line) > 1 and line.startswith("|") and line.endswith("|")
+
+
+def _table_header(text: str) -> str:
+    """The header line of a table row passage ("header line\nrow line", indexer.chunker), or ""."""
+    lines = [line.strip() for line in text.split("\n")]
+    at = next((i for i, line in enumerate(lines) if _is_row(line)), len(lines))
+    return lines[at] if at + 1 < len(lines) and _is_row(lines[at + 1]) else ""
+
+
 class ExtractiveModel:
     name = "extractive"
 
@@ -91,9 +102,15 @@ class ExtractiveModel:
         items: list[tuple[int, Evidence, str, float]] = []
         for order, ev in enumerate(evidence):
             heading_terms = _terms(ev.heading)
+            # A row means what its header says: the header's words count for it as a heading's do
+            # ("payment terms" for "| Contoso Paper | ... | 60 days net |"); the quote stays the row.
+            header = _table_header(ev.text)
+            header_terms = _terms(header)
             for sentence in sentences(ev.text):
                 own = _terms(sentence)
-                coverage = len(wanted & (own | heading_terms)) / len(wanted) if wanted else 0.0
+                in_row = bool(header) and _is_row(sentence) and sentence != header
+                context = heading_terms | header_terms if in_row else heading_terms
+                coverage = len(wanted & (own | context)) / len(wanted) if wanted else 0.0
                 if self.embedder is None and not own & wanted:
                     continue
                 items.append((order, ev, sentence, coverage))

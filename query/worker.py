@@ -28,7 +28,7 @@ from schemas.decisions import (
     SearchTrace,
     Trace,
 )
-from schemas.passages import Passage
+from schemas.passages import Passage, location_of
 from schemas.principal import Principal
 
 log = logging.getLogger("ragsync.trace")
@@ -61,6 +61,7 @@ class AskResult:
                     "quote": c.quote,
                     "passage_id": c.passage_id,
                     "source_url": c.source_url,
+                    "location": location_of(c.source_url),
                 }
                 for c in self.claims
             ],

@@ -112,7 +112,11 @@ def publish_source(
                     allow_deletes=allow_deletes,
                 )
             )
-            if not report.errors:  # every document was emitted under this chunker (or was unchanged under it)
+            if not report.deletes_skipped:
+                # The listing was complete and every file was read: each document was emitted under
+                # this chunker, was unchanged under it, or has content that cannot be indexed (an
+                # encrypted PDF, a bad date). Those are re-read by every scan until fixed, and emitted
+                # under this chunker then, so they must not make every later sync a full re-index.
                 state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
         finally:
             state.close()

@@ -17,11 +17,12 @@ import hashlib
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from schemas._time import to_utc, utcnow
+from schemas.extracted import ExtractedDocument
 
 ACL_ENTRY_PATTERN = r"^(group|user):[^\s:][^\s]*$"
 AclEntry = Annotated[str, Field(pattern=ACL_ENTRY_PATTERN)]
@@ -69,6 +70,14 @@ def doc_path(doc_id: str) -> str:
         return doc_id
 
 
+TextContentType = Literal["markdown", "html", "text", "csv", "tsv", "rst"]
+"""Formats that travel as their text (`content`), decoded by the connector and read by the indexer."""
+ExtractedContentType = Literal["pdf", "docx"]
+"""Binary formats: the connector extracts their text into `extracted` (schemas.extracted says why)."""
+ContentType = Literal[TextContentType, ExtractedContentType]
+EXTRACTED_CONTENT_TYPES: frozenset[str] = frozenset(get_args(ExtractedContentType))
+
+
 class EventKind(StrEnum):
     UPSERT = "upsert"
     ACL = "acl"
@@ -82,12 +91,24 @@ class _Strict(BaseModel):
 class UpsertPayload(_Strict):
     kind: Literal["upsert"] = "upsert"
     title: str = ""
-    content: str
-    content_type: Literal["markdown", "html", "text"]
-    content_hash: str = Field(min_length=8)
+    content: str = ""  # the text, for text formats; "" for extracted ones
+    content_type: ContentType
+    content_hash: str = Field(min_length=8)  # of the source bytes
     acl: tuple[AclEntry, ...]
     source_url: str
     effective_from: UtcDatetime | None = None
+    extracted: ExtractedDocument | None = None  # the text of a binary format (pdf, docx), never its bytes
+
+    @model_validator(mode="after")
+    def _content_matches_type(self) -> UpsertPayload:
+        if self.content_type in EXTRACTED_CONTENT_TYPES:
+            if self.extracted is None or self.content:
+                raise ValueError(
+                    f"content_type {self.content_type!r} travels as `extracted` text blocks, without `content`"
+                )
+        elif self.extracted is not None:
+            raise ValueError(f"content_type {self.content_type!r} travels as `content`, without `extracted`")
+        return self
 
 
 class AclPayload(_Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +21,30 @@ def split_passage_id(passage_id: str) -> tuple[str, int, str]:
     if not doc_id or not version.isdigit() or not anchor:
         raise ValueError(f"not a passage id: {passage_id!r}")
     return doc_id, int(version), anchor
+
+
+_LOCATION = re.compile(r"(?:^|&)(page|row)=(\d+)(?:-(\d+))?(?:&|$)")
+
+
+def url_at(source_url: str, fragment: str) -> str:
+    """The document's URL opened at a place: `handbook.pdf#page=3` (RFC 8118), `prices.csv#row=12` (RFC 7111).
+
+    A passage of a paged or row-numbered document carries its own URL this way, so every store,
+    the API and the CLI cite the page or row without a field of their own.
+    """
+    if not fragment:
+        return source_url
+    return f"{source_url}&{fragment}" if "#" in source_url else f"{source_url}#{fragment}"
+
+
+def location_of(source_url: str) -> str | None:
+    """ "page 3", "row 12" or "rows 12-14" from a URL made by `url_at`; None when it names no place."""
+    _, sep, fragment = source_url.partition("#")
+    match = _LOCATION.search(fragment) if sep else None
+    if match is None:
+        return None
+    unit, first, last = match.group(1), match.group(2), match.group(3)
+    return f"{unit}s {first}-{last}" if last and last != first else f"{unit} {first}"
 
 
 class Passage(BaseModel):

@@ -98,6 +98,7 @@ def test_answered_request_returns_only_the_public_result(client: TestClient) -> 
             "quote": REFUNDS,
             "passage_id": "refunds.md@1#root-1",
             "source_url": "file:///refunds.md",
+            "location": None,  # a Markdown file has no pages or rows
         }
     ]
 

@@ -423,15 +423,15 @@ async def test_an_unexpected_failure_on_one_document_is_reported_not_raised(
 ) -> None:
     import importlib
 
-    scan_module = importlib.import_module("connectors.scan")  # `connectors.scan` is also the function
-    real = scan_module.content_metadata
+    formats = importlib.import_module("connectors.formats")  # where a fetched file's content is read
+    real = formats.content_metadata
 
     def fragile(content_type: str, text: str) -> object:
         if "Secret plans" in text:
             raise RecursionError("maximum recursion depth exceeded")
         return real(content_type, text)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scan_module, "content_metadata", fragile)
+    monkeypatch.setattr(formats, "content_metadata", fragile)
     report, events = await harness.run()
     assert len(events) == 5 and "acme/board.md" not in by_doc(events)
     assert report.errors == ["acme/board.md: cannot index: RecursionError: maximum recursion depth exceeded"]

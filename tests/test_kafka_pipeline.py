@@ -441,7 +441,7 @@ def test_invalid_events_go_to_the_dlq_with_their_reason_and_the_rest_is_applied(
             "payload": {
                 "kind": "upsert",
                 "content": "c",
-                "content_type": "pdf",
+                "content_type": "application/pdf",
                 "content_hash": "0" * 16,
                 "acl": ["everyone"],
                 "source_url": "file:///x",

@@ -39,5 +39,5 @@ def anchor_pieces(pieces: list[Piece]) -> list[Chunk]:
             used.add(slug)
             slugs[piece.heading_id] = slug
         ordinals[piece.heading_id] = ordinal = ordinals.get(piece.heading_id, 0) + 1
-        chunks.append(Chunk(f"{slug}-{ordinal}", piece.heading_path, text))
+        chunks.append(Chunk(f"{slug}-{ordinal}", piece.heading_path, text, piece.locus))
     return chunks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from indexer.chunking.sentences import pack, split_part
-from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unit
+from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unit, span
 
 _LEAD_IN_MAX_FRACTION = 4
 
@@ -52,7 +52,7 @@ def size(units: list[Unit], max_chars: int) -> list[Piece]:
             texts = [f"{prefix}\n{p}" if prefix else p for p in packed]
         for text in texts:
             if text.strip():
-                pieces.append(Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text))
+                pieces.append(Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text, unit.locus))
     return pieces
 
 
@@ -70,6 +70,7 @@ def merge(pieces: list[Piece], max_chars: int) -> list[Piece]:
             and len(prev.text) + 2 + len(piece.text) <= max_chars
         ):
             prev.text = f"{prev.text}\n\n{piece.text}"
+            prev.locus = span(prev.locus, piece.locus)
         else:
             out.append(piece)
     return out

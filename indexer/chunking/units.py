@@ -16,10 +16,41 @@ from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
+class Locus:
+    """Where a passage sits in a paged or row-numbered source (pages 3-4, row 12), for its citation."""
+
+    unit: Literal["page", "row"]
+    first: int
+    last: int
+
+    def span(self, other: Locus | None) -> Locus:
+        if other is None or other.unit != self.unit:
+            return self
+        return Locus(self.unit, min(self.first, other.first), max(self.last, other.last))
+
+    @property
+    def fragment(self) -> str:
+        """The URL fragment a viewer opens at: `page=3` (RFC 8118, PDF), `row=12` or `row=12-14` (RFC 7111, CSV)."""
+        if self.unit == "page" or self.first == self.last:
+            return f"{self.unit}={self.first}"
+        return f"{self.unit}={self.first}-{self.last}"
+
+    def __str__(self) -> str:
+        if self.first == self.last:
+            return f"{self.unit} {self.first}"
+        return f"{self.unit}s {self.first}-{self.last}"
+
+
+def span(a: Locus | None, b: Locus | None) -> Locus | None:
+    return a.span(b) if a is not None else b
+
+
+@dataclass(frozen=True, slots=True)
 class Chunk:
     anchor: str  # unique within the document, stable for the same input, [a-z0-9-]
     heading_path: tuple[str, ...]  # ("Refund policy", "Exceptions")
     text: str  # the passage body; the heading path is indexed separately, not prepended
+    locus: Locus | None = None  # the page(s) or row it comes from, for formats that number them
 
 
 Kind = Literal["para", "code", "item", "row", "def"]
@@ -38,6 +69,7 @@ class Unit:
     group: int = -1
     prefix: list[str] = field(default_factory=list)
     parts: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
+    locus: Locus | None = None
 
 
 @dataclass(slots=True)
@@ -47,13 +79,14 @@ class Piece:
     heading_id: int
     block: int
     text: str
+    locus: Locus | None = None
 
 
 HeadingState = tuple[list[tuple[int, str]], tuple[str, ...], int]
 
 
 class UnitBuilder:
-    """Heading stack, merge barriers and list/table groups shared by the three format readers."""
+    """Heading stack, merge barriers and list/table groups shared by the format readers."""
 
     def __init__(self) -> None:
         self.units: list[Unit] = []
@@ -97,8 +130,9 @@ class UnitBuilder:
         parts: list[tuple[str, bool]] | None = None,
         *,
         group: int = -1,
+        locus: Locus | None = None,
     ) -> Unit:
-        unit = Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [])
+        unit = Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [], locus)
         self.units.append(unit)
         return unit
 

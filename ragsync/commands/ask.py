@@ -12,6 +12,7 @@ from query.as_of import parse_as_of
 from query.tokens import InvalidToken
 from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, fail, settings_of
 from ragsync.settings import Settings
+from schemas.passages import location_of
 
 
 def parse_as_of_option(value: str | None) -> datetime | None:
@@ -88,7 +89,8 @@ def ask(ctx: click.Context, question: str, token: str, as_of: str | None, as_jso
         click.echo("Sources:")
         for i, claim in enumerate(payload["claims"], 1):
             click.echo(f'  [{i}] "{claim["quote"]}"')
-            click.echo(f"      {claim['passage_id']}  {claim['source_url']}")
+            location = location_of(claim["source_url"])
+            click.echo(f"      {claim['passage_id']}  {claim['source_url']}" + (f"  ({location})" if location else ""))
     else:
         click.echo(payload["message"])
     if show_trace:
