@@ -24,7 +24,16 @@ from connectors.base import Skipped, SourceConnector, SourceDocument
 from connectors.formats import BinaryContent, Content, Unreadable, read_content
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
-from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id, qualify_doc_id
+from schemas.events import (
+    MAX_EVENT_BYTES,
+    AclPayload,
+    DeletePayload,
+    Event,
+    EventKind,
+    UpsertPayload,
+    make_event_id,
+    qualify_doc_id,
+)
 
 
 class _ContentError(Exception):
@@ -90,6 +99,7 @@ async def scan(
     publish_many: Callable[[Sequence[Event]], None] | None = None,
     batch: int = 256,
     allow_deletes: bool = True,
+    max_event_bytes: int = MAX_EVENT_BYTES,
 ) -> ScanReport:
     """`force` re-emits every document as an upsert (after a chunker change); deletes are unaffected.
 
@@ -190,6 +200,12 @@ async def scan(
                     report.decoded.append(f"{doc.doc_id}: decoded as {content.encoding}")
                 payload = upsert_payload(doc, data, content_hash, acl, content=content)
                 event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, payload, now())
+                size = len(event.model_dump_json().encode())
+                if size > max_event_bytes:
+                    # Published, it would fail in the log (Kafka refuses it) and stop every later scan.
+                    detail = f"its text makes a {size}-byte event, limit {max_event_bytes}"
+                    report.skipped.append(Skipped(doc.doc_id, "too large", detail))
+                    raise _ContentError(f"too large to index: {detail}")
         except Exception as exc:
             # One document's bad content (an unreadable file, an impossible date, a parser bug) is
             # that document's error, never a stopped scan. It is seen, so it is not deleted, and it

@@ -78,6 +78,11 @@ ContentType = Literal[TextContentType, ExtractedContentType]
 EXTRACTED_CONTENT_TYPES: frozenset[str] = frozenset(get_args(ExtractedContentType))
 
 
+MAX_EVENT_BYTES = 10 * 1024 * 1024
+"""The largest serialized event every event log takes (Kafka's producer and topics are set for it,
+streams/kafka_log.py): a connector reports a bigger document as too large instead of publishing it."""
+
+
 class EventKind(StrEnum):
     UPSERT = "upsert"
     ACL = "acl"

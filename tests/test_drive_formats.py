@@ -369,3 +369,25 @@ async def test_a_scan_indexes_every_format_and_reports_each_unreadable_file(tmp_
     assert rst.title == "Security handbook"
     csv = payloads["prices.csv"]
     assert isinstance(csv, UpsertPayload) and (csv.content_type, csv.title) == ("csv", "prices")
+
+
+async def test_a_document_whose_event_would_not_fit_the_log_is_reported_too_large(tmp_path: Path) -> None:
+    """Published, it would be refused by Kafka and stop every later scan; its ACL still moves."""
+    from schemas.events import MAX_EVENT_BYTES
+    from streams.kafka_log import MAX_MESSAGE_BYTES
+
+    assert MAX_EVENT_BYTES == MAX_MESSAGE_BYTES, "the connector's limit is what the log accepts"
+    root = tmp_path / "drive"
+    root.mkdir()
+    (root / ".ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    (root / "big.csv").write_text("a,b\n" + "x,y\n" * 2000)
+    (root / "small.md").write_text("# Small\n\nFits.\n")
+    events: list[Event] = []
+    state = ConnectorState(tmp_path / "state.db")
+    report = await scan(DriveConnector(root), state, events.append, max_event_bytes=4000)
+    assert [e.doc_id for e in events] == ["drive:small.md"]
+    [skipped] = report.skipped
+    assert (skipped.path, skipped.reason) == ("big.csv", "too large")
+    assert skipped.detail.startswith("its text makes a ") and skipped.detail.endswith("-byte event, limit 4000")
+    assert report.errors == [f"big.csv: too large to index: {skipped.detail}"]
+    assert not report.deletes_skipped
