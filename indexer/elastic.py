@@ -66,6 +66,9 @@ PAGE_SIZE = 1000
 WRITE_ATTEMPTS = 5
 """Re-read-and-retry rounds when an optimistic-concurrency update meets a concurrent write."""
 
+PURGE_TIMEOUT_S = 45.0
+"""A purge waits this long for the shards' retention leases (renewed every 30 s) to pass its deletions."""
+
 MAX_ID_BYTES = 512
 """Elasticsearch rejects longer `_id`s; longer passage IDs are hashed (see `doc_key`)."""
 
@@ -207,6 +210,7 @@ def passage_settings(k1: float, b: float) -> dict[str, Any]:
         "number_of_shards": 1,
         "number_of_replicas": 0,
         "refresh_interval": "200ms",
+        "merge.policy.expunge_deletes_allowed": 0,
         "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
     }
 
@@ -302,19 +306,96 @@ class ElasticLexicalIndex:
             recorded.update(body["mappings"].get("_meta", {}).get("chunker_versions", []))
         return recorded
 
+    def passage_indexes(self) -> list[str]:
+        """Every concrete passage index of this prefix (by `_meta`, so `ragsync-test-…` is never included)."""
+        found = self._es.indices.get(index=f"{self.prefix}-*", expand_wildcards="all", allow_no_indices=True)
+        return sorted(
+            name
+            for name, body in found.items()
+            if body.get("mappings", {}).get("_meta", {}).get("ragsync", {}).get("prefix") == self.prefix
+            and body["mappings"]["_meta"]["ragsync"].get("kind") == "passages"
+        )
+
+    def _shard_state(self, index: str) -> dict[str, int]:
+        stats = self._es.indices.stats(index=index, level="shards", metric="docs")
+        (copy,) = [c for c in stats["indices"][index]["shards"]["0"] if c["routing"]["primary"]]
+        leases = copy.get("retention_leases", {}).get("leases", [])
+        return {
+            "max_seq_no": int(copy["seq_no"]["max_seq_no"]),
+            "retained_from": min((int(lease["retaining_seq_no"]) for lease in leases), default=0),
+            "deleted_docs": int(copy["docs"]["deleted"]),
+        }
+
+    def delete_superseded(self, before: datetime) -> list[Passage]:
+        """Delete every passage superseded before the instant (retention), in every tenant index."""
+        at = iso(before)
+        doomed: list[Passage] = []
+        for index in self.passage_indexes():
+            after: list[Any] | None = None
+            ops: list[dict[str, Any]] = []
+            while True:
+                response = self._es.search(
+                    index=index,
+                    query={"bool": {"filter": [{"range": {"superseded_on": {"lt": at}}}]}},
+                    size=PAGE_SIZE,
+                    sort=[{"passage_id": "asc"}],
+                    source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                    search_after=after,
+                )
+                hits = response["hits"]["hits"]
+                for h in hits:
+                    doomed.append(doc_to_passage(h["_source"]))
+                    ops.append({"delete": {"_index": index, "_id": h["_id"]}})
+                if len(hits) < PAGE_SIZE:
+                    break
+                after = hits[-1]["sort"]
+            if ops:
+                for start in range(0, len(ops), BULK_CHUNK):
+                    response = self._es.bulk(operations=ops[start : start + BULK_CHUNK], refresh=True)
+                    raise_bulk_errors(response.body)
+        return doomed
+
+    def purge(self, timeout_s: float = PURGE_TIMEOUT_S) -> dict[str, object]:
+        """Make deletions physical: expunge deleted passages from the Lucene segments.
+
+        A deleted document stays in its segment (soft-deleted) while any retention lease may still
+        need its operation; the shard's own peer-recovery lease advances every 30 s. So, per index:
+        note the last operation now, flush (the translog no longer holds it), wait until every lease
+        has passed it, then `_forcemerge?only_expunge_deletes=true` with `expunge_deletes_allowed: 0`,
+        which rewrites every segment holding a deleted document. `complete` is True when every index
+        got that far; a caller covers only deletions made before the call (see ragsync.purge).
+        """
+        import time
+
+        indexes = self.passage_indexes()
+        targets = {index: self._shard_state(index)["max_seq_no"] for index in indexes}
+        if indexes:
+            joined = ",".join(indexes)
+            self._es.indices.put_settings(index=joined, settings={"index.merge.policy.expunge_deletes_allowed": 0})
+            self._es.indices.flush(index=joined)
+        deadline = time.monotonic() + timeout_s
+        waiting = dict(targets)
+        while waiting and time.monotonic() < deadline:
+            waiting = {i: m for i, m in waiting.items() if self._shard_state(i)["retained_from"] <= m}
+            if waiting:
+                time.sleep(1.0)
+        done = [i for i in indexes if i not in waiting]
+        if done:
+            self._es.indices.forcemerge(index=",".join(done), only_expunge_deletes=True)
+        return {
+            "indexes": len(indexes),
+            "expunged": len(done),
+            "complete": not waiting,
+            "deleted_docs_left": {i: self._shard_state(i)["deleted_docs"] for i in indexes},
+        }
+
     def drop_all(self) -> None:
         """Delete every passage index of this prefix (their aliases go with them); for tests.
 
         Only indexes whose `_meta` names this exact prefix are deleted, so `ragsync` never
         removes `ragsync-test-…` indexes or the doc-state and audit indexes of the same prefix.
         """
-        found = self._es.indices.get(index=f"{self.prefix}-*", expand_wildcards="all", allow_no_indices=True)
-        doomed = [
-            name
-            for name, body in found.items()
-            if body.get("mappings", {}).get("_meta", {}).get("ragsync", {}).get("prefix") == self.prefix
-            and body["mappings"]["_meta"]["ragsync"].get("kind") == "passages"
-        ]
+        doomed = self.passage_indexes()
         if doomed:
             self._es.indices.delete(index=",".join(doomed), ignore_unavailable=True)
         with self._lock:
@@ -482,6 +563,44 @@ class ElasticLexicalIndex:
             allow_no_indices=True,
         )
         return [Hit(passage=doc_to_passage(h["_source"]), score=float(h["_score"])) for h in response["hits"]["hits"]]
+
+    def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
+        """An `ids` filter beside the permission filter, in one search of the tenant's alias."""
+        wanted = list(dict.fromkeys(passage_ids))
+        if not wanted or not access.entries:
+            return []
+        response = self._es.search(
+            index=self.alias(access.tenant),
+            query={"bool": {"filter": [{"ids": {"values": [doc_key(p) for p in wanted]}}, *access_query(access)]}},
+            size=len(wanted),
+            source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+            ignore_unavailable=True,
+            allow_no_indices=True,
+        )
+        return [doc_to_passage(h["_source"]) for h in response["hits"]["hits"]]
+
+    def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:
+        if not self._alias_exists(tenant):
+            return []
+        alias = self.alias(tenant)
+        out: list[Passage] = []
+        after: list[Any] | None = None
+        while True:
+            response = self._es.search(
+                index=alias,
+                query={"bool": {"filter": self._doc_filters(tenant, doc_id)}},
+                size=PAGE_SIZE,
+                sort=[{"passage_id": "asc"}],
+                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                search_after=after,
+                ignore_unavailable=True,
+                allow_no_indices=True,
+            )
+            hits = response["hits"]["hits"]
+            out.extend(doc_to_passage(h["_source"]) for h in hits)
+            if len(hits) < PAGE_SIZE:
+                return out
+            after = hits[-1]["sort"]
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         filters: list[dict[str, Any]] = [{"term": {"tenant": tenant}}]

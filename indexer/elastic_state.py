@@ -1,8 +1,9 @@
 """Cluster bookkeeping in Elasticsearch: applied document state and the deletion audit.
 
 Both live in the same cluster as the passages so the cluster profile has no extra database to
-run, and both are written with `refresh=wait_for`: a worker that reads state right after
-another worker wrote it (a redelivery, a rebalance) sees the write.
+run. Neither write waits for a refresh: a worker that reads state right after another worker
+wrote it (a redelivery, a rebalance) reads it with a real-time GET by ID, and the few searches
+(chunker versions, audit listings) refresh the index first.
 
 Doc state `_id` is a hash of (tenant, doc_id): IDs of any length, no separator ambiguity, and
 a `get` by ID is real-time (no refresh needed). The stored tenant and doc_id are compared on
@@ -18,7 +19,9 @@ import contextlib
 import hashlib
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoundError
@@ -27,7 +30,8 @@ from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.elastic import check_prefix, connect
 from indexer.ports import DeletionRecord, DocState, PurgeRecord
-from schemas._time import from_epoch_ms
+from indexer.propagation import PropagationRecord, from_row, to_row
+from schemas._time import from_epoch_ms, to_epoch_ms
 
 PAGE_SIZE = 1000
 
@@ -136,10 +140,13 @@ class ElasticDocStates:
         doc = {f.name: getattr(state, f.name) for f in fields(DocState)}
         doc["acl"] = list(state.acl)
         doc["passage_ids"] = list(state.passage_ids)
-        self._es.index(index=self.index, id=state_id(state.tenant, state.doc_id), document=doc, refresh="wait_for")
+        # No refresh wait: every read of a state is a real-time GET by ID, and a revocation or deletion
+        # must not wait a refresh interval (1 s) for its bookkeeping. Searches refresh first.
+        self._es.index(index=self.index, id=state_id(state.tenant, state.doc_id), document=doc)
 
     def chunker_versions(self) -> set[str]:
         """Chunker versions of live documents (a terms aggregation), like SqliteDocStates'."""
+        self._es.indices.refresh(index=self.index)
         response = self._es.search(
             index=self.index,
             size=0,
@@ -373,6 +380,73 @@ class ElasticDeletionAudit:
         old = f"{self.prefix}-deletion-audit"
         for index in (self.index, self.meta_index, old):
             self._es.indices.delete(index=index, ignore_unavailable=True)
+
+    def close(self) -> None:
+        self._es.close()
+
+
+class ElasticPropagationLog:
+    """PropagationLog in `<prefix>-propagation`: one document per event (`_id` = event_id), written
+    with a bulk request per confirmation batch and no refresh wait (listings refresh first)."""
+
+    def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
+        self._es = connect(url)
+        self.prefix = check_prefix(prefix)
+        self.index = f"{self.prefix}-propagation"
+        _create_index(
+            self._es,
+            self.index,
+            self.prefix,
+            "propagation",
+            {
+                "start_ms": {"type": "date", "format": "epoch_millis"},
+                "kind": {"type": "keyword"},
+                "event_id": {"type": "keyword"},
+                "row": _STORED_ONLY,
+            },
+        )
+
+    def record(self, records: Sequence[PropagationRecord]) -> None:
+        if not records:
+            return
+        ops: list[dict[str, Any]] = []
+        for r in records:
+            ops.append({"index": {"_index": self.index, "_id": r.event_id}})
+            ops.append(
+                {
+                    "start_ms": to_epoch_ms(r.start()),
+                    "kind": r.kind,
+                    "event_id": r.event_id,
+                    "row": json.dumps(to_row(r)),
+                }
+            )
+        response = self._es.bulk(operations=ops)
+        if response.get("errors"):
+            raise RuntimeError(f"propagation records not written: {response['items'][0]}")
+
+    def records(self, since: datetime | None = None) -> list[PropagationRecord]:
+        self._es.indices.refresh(index=self.index)
+        query: dict[str, Any] = (
+            {"range": {"start_ms": {"gte": to_epoch_ms(since)}}} if since is not None else {"match_all": {}}
+        )
+        out: list[PropagationRecord] = []
+        after: list[Any] | None = None
+        while True:
+            response = self._es.search(
+                index=self.index,
+                query=query,
+                size=PAGE_SIZE,
+                sort=[{"start_ms": "asc"}, {"event_id": "asc"}],
+                search_after=after,
+            )
+            hits = response["hits"]["hits"]
+            out.extend(from_row(json.loads(h["_source"]["row"])) for h in hits)
+            if len(hits) < PAGE_SIZE:
+                return out
+            after = hits[-1]["sort"]
+
+    def drop_all(self) -> None:
+        self._es.indices.delete(index=self.index, ignore_unavailable=True)
 
     def close(self) -> None:
         self._es.close()

@@ -33,6 +33,7 @@ class SqliteEmbeddingCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA secure_delete=ON")  # a deleted entry's bytes are overwritten, not freed
         self._conn.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
         self._lock = threading.Lock()
 
@@ -58,6 +59,22 @@ class SqliteEmbeddingCache:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+
+    def delete_many(self, keys: Sequence[bytes]) -> int:
+        unique = list(dict.fromkeys(keys))
+        removed = 0
+        with self._lock:
+            for start in range(0, len(unique), 500):
+                chunk = unique[start : start + 500]
+                marks = ",".join("?" for _ in chunk)
+                removed += self._conn.execute(f"DELETE FROM vectors WHERE key IN ({marks})", chunk).rowcount
+        return removed
+
+    def purge(self) -> dict[str, object]:
+        """Checkpoint and truncate the write-ahead log, the last file that held deleted entries."""
+        with self._lock:
+            busy, pages, moved = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return {"checkpoint_complete": busy == 0, "wal_pages": pages, "pages_checkpointed": moved}
 
     def close(self) -> None:
         with self._lock:
@@ -106,6 +123,18 @@ class CachedEmbedder:
 
     def embed_query(self, text: str) -> Vectors:
         return self._inner.embed_query(text)
+
+    def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
+        """Drop the entries of these texts (a deleted document's passages): (removed, their keys).
+
+        A text another live document shares is embedded again the next time it is needed.
+        """
+        keys = list(dict.fromkeys(embedding_key(self.model_name, t) for t in texts))
+        return (self.cache.delete_many(keys) if keys else 0), keys
+
+    def present(self, keys: Sequence[bytes]) -> int:
+        """How many of these entries the cache still holds (deletion certificates)."""
+        return len(self.cache.get_many(keys)) if keys else 0
 
     def close(self) -> None:
         self.cache.close()

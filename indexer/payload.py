@@ -1,5 +1,8 @@
 """Passage <-> store document mapping shared by the Qdrant and Elasticsearch adapters.
 
+Elasticsearch stores the whole passage (it is the cluster's store of record for text); the Qdrant
+adapters store `passage_to_point`, IDs and filter fields only (see indexer.ports.VectorHit).
+
 Dates are stored as ISO-8601 UTC strings (both stores index them as datetimes) and an open
 validity is stored as an absent `superseded_on`, which both stores can test for.
 """
@@ -10,6 +13,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from indexer.ports import VectorHit
 from schemas._time import to_utc
 from schemas.passages import Passage
 
@@ -43,6 +47,25 @@ def passage_to_doc(passage: Passage) -> dict[str, Any]:
     if passage.superseded_on is not None:
         doc["superseded_on"] = iso(passage.superseded_on)
     return doc
+
+
+def passage_to_point(passage: Passage) -> dict[str, Any]:
+    """A vector store's payload: IDs and the fields of the permission filter, no text (see VectorHit)."""
+    doc: dict[str, Any] = {
+        "passage_id": passage.passage_id,
+        "doc_id": passage.doc_id,
+        "version": passage.version,
+        "tenant": passage.tenant,
+        "acl": list(passage.acl),
+        "effective_from": iso(passage.effective_from),
+    }
+    if passage.superseded_on is not None:
+        doc["superseded_on"] = iso(passage.superseded_on)
+    return doc
+
+
+def point_to_hit(payload: dict[str, Any], score: float) -> VectorHit:
+    return VectorHit(str(payload["passage_id"]), str(payload["doc_id"]), int(payload["version"]), score)
 
 
 def doc_to_passage(doc: dict[str, Any]) -> Passage:

@@ -61,6 +61,22 @@ class Hit:
     score: float
 
 
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """A dense hit: the vector stores hold IDs and the fields their filter needs, never text.
+
+    Text lives in one store of record (the lexical store) and is read back through
+    `LexicalIndex.passages` with the same permission filter. So a deletion has one copy of the
+    text to remove from each store's files, and a vector store's write-ahead log or unvacuumed
+    segment can never hold a document's words.
+    """
+
+    passage_id: str
+    doc_id: str
+    version: int
+    score: float
+
+
 class LexicalIndex(Protocol):
     """Writes are visible to the next search when they return; durable once `flush` returned.
 
@@ -85,6 +101,17 @@ class LexicalIndex(Protocol):
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
         """BM25 over body, heading path and title, each field weighted apart; hits below floor are dropped."""
+
+    def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
+        """The passages with these IDs that the filter admits (tenant, ACL, as-of), in no set order.
+
+        The lexical store is the store of record for passage text: dense hits and cached rankings
+        carry IDs only and are read back through this, with the permission filter in the query,
+        so a revoked or deleted passage can never come out of a cache or a lagging vector store.
+        """
+
+    def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:
+        """Every stored passage of the document (any version, ACL or date): for deletion, never for answering."""
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         """Passages stored (any ACL, any date): for audits and tests, never for answering."""
@@ -113,7 +140,7 @@ class VectorIndex(Protocol):
 
     def delete_doc(self, tenant: str, doc_id: str) -> None: ...
 
-    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         """Cosine similarity; hits below floor dropped by the store (score_threshold)."""
 
     def count(self, tenant: str, doc_id: str | None = None) -> int: ...
@@ -143,6 +170,9 @@ class EmbeddingCache(Protocol):
         """The stored values of the keys that are present; an unreachable store answers with none."""
 
     def put_many(self, items: Mapping[bytes, bytes]) -> None: ...
+
+    def delete_many(self, keys: Sequence[bytes]) -> int:
+        """Remove these entries (a deleted document's passages); raises when the store is unreachable."""
 
     def close(self) -> None: ...
 

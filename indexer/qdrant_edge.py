@@ -22,8 +22,8 @@ from typing import Any
 
 import qdrant_edge as q
 
-from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
-from indexer.ports import Hit, StoredPassage, Vectors
+from indexer.payload import iso, passage_to_point, point_id, point_to_hit
+from indexer.ports import StoredPassage, VectorHit, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -69,16 +69,21 @@ def access_filter(access: AccessFilter) -> q.Filter:
     )
 
 
+VACUUM = q.EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=0)
+"""Any segment with a deleted point is rebuilt without it at the next `optimize` (the defaults wait
+for 20 % deleted in segments of 1000+ vectors: a deleted point's vector could stay for good)."""
+
+
 class EdgeVectorIndex:
     name = "qdrant-edge"
 
     def __init__(self, path: Path, dim: int) -> None:
         self._lock = threading.RLock()
+        config = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine), optimizers=VACUUM)
         if path.exists() and any(path.iterdir()):
-            self._shard = q.EdgeShard.load(str(path))
+            self._shard = q.EdgeShard.load(str(path), config)  # older shards get the vacuum settings too
         else:
             path.mkdir(parents=True, exist_ok=True)
-            config = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine))
             self._shard = q.EdgeShard.create(str(path), config)
             for field_name, schema in _INDEXED_FIELDS.items():
                 self._shard.update(q.UpdateOperation.create_field_index(field_name, schema))
@@ -100,7 +105,7 @@ class EdgeVectorIndex:
         if len(passages) != len(vectors):
             raise ValueError("one vector per passage")
         points = [
-            q.Point(point_id(p.tenant, p.passage_id), [float(x) for x in v], passage_to_doc(p))
+            q.Point(point_id(p.tenant, p.passage_id), [float(x) for x in v], passage_to_point(p))
             for p, v in zip(passages, vectors, strict=True)
         ]
         self._update(q.UpdateOperation.upsert_points(points), len(points))
@@ -132,7 +137,7 @@ class EdgeVectorIndex:
                 self._shard.flush()
                 self._dirty = False
 
-    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
         request = q.QueryRequest(
@@ -146,7 +151,37 @@ class EdgeVectorIndex:
         with self._lock:
             self.last_search_at = time.monotonic()
             points = self._shard.query(request)
-        return [Hit(passage=doc_to_passage(dict(p.payload or {})), score=float(p.score)) for p in points]
+        return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in points]
+
+    def delete_superseded(self, before: datetime) -> None:
+        """Delete every point superseded before the instant (retention), every tenant."""
+        flt = q.Filter(must=[q.FieldCondition("superseded_on", range=q.RangeDateTime(lt=iso(before)))])
+        with self._lock:
+            self._shard.update(q.UpdateOperation.delete_points_by_filter(flt))
+            self._shard.flush()
+
+    def purge(self) -> dict[str, object]:
+        """Make deletions physical: vacuum every segment holding a deleted point, then flush, which
+        removes the replaced segments' files. (The shard's write-ahead log holds vectors and IDs,
+        never text: see indexer.ports.VectorHit.)"""
+        with self._lock:
+            optimized = bool(self._shard.optimize())
+            self._shard.flush()
+            info = self._shard.info()
+        return {"vacuumed": optimized, "segments": int(info.segments_count), "points": int(info.points_count)}
+
+    def held(self, point_ids: Sequence[str]) -> int:
+        """How many of these points the shard still holds (deletion certificates)."""
+        if not point_ids:
+            return 0
+        with self._lock:
+            return len(self._shard.retrieve(list(point_ids), with_payload=False, with_vector=False))
+
+    def payload_of(self, tenant: str, passage_id: str) -> dict[str, Any] | None:
+        """What the shard holds for one passage (audits, tests); None when it holds nothing."""
+        with self._lock:
+            records = self._shard.retrieve([point_id(tenant, passage_id)], with_payload=True, with_vector=False)
+        return dict(records[0].payload or {}) if records else None
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         must: list[Any] = [q.FieldCondition("tenant", match=q.MatchValue(tenant))]

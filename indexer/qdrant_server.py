@@ -36,11 +36,12 @@ import warnings
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from indexer.payload import doc_to_passage, iso, passage_to_doc, point_id
-from indexer.ports import Hit, StoredPassage, StoreUnavailable, Vectors
+from indexer.payload import iso, passage_to_point, point_id, point_to_hit
+from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -146,6 +147,13 @@ def access_filter(access: AccessFilter) -> models.Filter:
     )
 
 
+VACUUM = models.OptimizersConfigDiff(deleted_threshold=0.0, vacuum_min_vector_number=100)
+"""The server vacuums a segment as soon as it holds a deleted point (100 is the smallest segment the
+server accepts for vacuuming; the defaults wait for 20 % deleted in segments of 1000+ vectors)."""
+
+PURGE_TIMEOUT_S = 30.0
+
+
 class QdrantVectorIndex:
     name = "qdrant"
 
@@ -180,9 +188,17 @@ class QdrantVectorIndex:
                 self._client.create_collection(
                     self.collection,
                     vectors_config=models.VectorParams(size=self.dim, distance=models.Distance.COSINE),
+                    optimizers_config=VACUUM,
                 )
             if not self._client.collection_exists(self.collection):
                 raise QdrantUnavailable(f"could not create the Qdrant collection {self.collection!r}")
+        if not self.local:
+            optimizer = self._client.get_collection(self.collection).config.optimizer_config
+            if (optimizer.deleted_threshold, optimizer.vacuum_min_vector_number) != (
+                VACUUM.deleted_threshold,
+                VACUUM.vacuum_min_vector_number,
+            ):
+                self._client.update_collection(self.collection, optimizers_config=VACUUM)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_LOCAL_INDEX_WARNING, category=UserWarning)
             existing = self._client.get_collection(self.collection).payload_schema
@@ -197,7 +213,7 @@ class QdrantVectorIndex:
             raise ValueError("one vector per passage")
         points = [
             models.PointStruct(
-                id=point_id(p.tenant, p.passage_id), vector=[float(x) for x in v], payload=passage_to_doc(p)
+                id=point_id(p.tenant, p.passage_id), vector=[float(x) for x in v], payload=passage_to_point(p)
             )
             for p, v in zip(passages, vectors, strict=True)
         ]
@@ -233,7 +249,7 @@ class QdrantVectorIndex:
         with self._guard():
             self._client.delete(self.collection, points_selector=selector, wait=True)
 
-    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+    def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
         with self._guard():
@@ -246,7 +262,67 @@ class QdrantVectorIndex:
                 with_payload=True,
                 with_vectors=False,
             )
-        return [Hit(passage=doc_to_passage(dict(p.payload or {})), score=float(p.score)) for p in response.points]
+        return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in response.points]
+
+    def delete_superseded(self, before: datetime) -> None:
+        """Delete every point superseded before the instant (retention), every tenant."""
+        flt = models.Filter(
+            must=[models.FieldCondition(key="superseded_on", range=models.DatetimeRange(lt=iso(before)))]
+        )
+        with self._guard():
+            self._client.delete(self.collection, points_selector=models.FilterSelector(filter=flt), wait=True)
+
+    def deleted_vectors(self) -> int | None:
+        """Deleted vectors still held by the collection's vacuumable segments (telemetry); None unknown.
+
+        Segments under VACUUM's minimum size are not counted: the server never vacuums them (a
+        deleted point there stays a marked vector, never text: the payload holds no text).
+        """
+        url = self._client.init_options.get("url")
+        if self.local or not url:
+            return None
+        import httpx
+
+        try:
+            body = httpx.get(f"{url.rstrip('/')}/telemetry", params={"details_level": 4}, timeout=10).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        floor = VACUUM.vacuum_min_vector_number or 0
+        for collection in body.get("result", {}).get("collections", {}).get("collections", []):
+            if collection.get("id") != self.collection:
+                continue
+            total = 0
+            for shard in collection.get("shards", []):
+                for segment in (shard.get("local") or {}).get("segments", []):
+                    info = segment.get("info", {})
+                    if int(info.get("num_vectors", 0)) + int(info.get("num_deleted_vectors", 0)) >= floor:
+                        total += int(info.get("num_deleted_vectors", 0))
+            return total
+        return None
+
+    def purge(self, timeout_s: float = PURGE_TIMEOUT_S) -> dict[str, object]:
+        """Wait for the server's vacuum (it runs on its own once a segment holds a deleted point)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        left = self.deleted_vectors()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = self.deleted_vectors()
+        return {"deleted_vectors_left": left, "complete": left == 0 or left is None}
+
+    def held(self, point_ids: Sequence[str]) -> int:
+        """How many of these points the collection still holds (deletion certificates)."""
+        if not point_ids:
+            return 0
+        with self._guard():
+            return len(self._client.retrieve(self.collection, ids=list(point_ids), with_payload=False))
+
+    def payload_of(self, tenant: str, passage_id: str) -> dict[str, Any] | None:
+        """What the collection holds for one passage (audits, tests); None when it holds nothing."""
+        with self._guard():
+            records = self._client.retrieve(self.collection, ids=[point_id(tenant, passage_id)], with_payload=True)
+        return dict(records[0].payload or {}) if records else None
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         must: list[models.Condition] = [_match("tenant", tenant)]

@@ -86,6 +86,14 @@ class RedisEmbeddingCache:
         except _UNAVAILABLE as exc:
             self._warn("set", exc)
 
+    def delete_many(self, keys: Sequence[bytes]) -> int:
+        """UNLINK the entries; an outage raises (a deletion must not be confirmed with its entries left)."""
+        unique = list(dict.fromkeys(keys))
+        removed = 0
+        for start in range(0, len(unique), self.batch):
+            removed += int(self._redis.unlink(*[self._key(k) for k in unique[start : start + self.batch]]))
+        return removed
+
     def drop_all(self) -> None:
         """Delete this namespace's embedding entries (tests)."""
         batch: list[bytes] = []

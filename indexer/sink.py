@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
 from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document, chunk_extracted
+from indexer.payload import point_id
 from indexer.ports import (
     Cache,
     DeletionAudit,
@@ -44,6 +46,13 @@ EMBED_SUB_BATCH = 32
 and the longest a revocation waits for an upsert batch that is embedding (see `interrupt`)."""
 
 
+EMBEDDING_CACHE = "embedding-cache"
+"""The copy name of the embedding cache in deletion records."""
+
+MAX_AUDITED_IDS = 5000
+"""Passage IDs and embedding keys listed per deletion record (counts are always complete)."""
+
+
 class Outcome(StrEnum):
     APPLIED = "applied"
     STALE = "stale"
@@ -58,6 +67,9 @@ class ApplyResult:
     cache_bumped: bool = False
     lag_s: float = 0.0
     timings_ms: dict[str, float] = field(default_factory=dict)
+    applied_at: dict[str, datetime] = field(default_factory=dict)
+    """Per store (adapter name): when its write for this event returned (propagation tracking)."""
+    cache_invalidated_at: datetime | None = None
 
 
 def embedding_text(passage: Passage) -> str:
@@ -279,8 +291,12 @@ class IndexSink:
         return result
 
     def _acl(self, event: Event, payload: AclPayload, state: DocState | None) -> ApplyResult:
-        self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, payload.acl))
+        applied_at: dict[str, datetime] = {}
+        for store in self._stores():
+            store.set_acl(event.tenant, event.doc_id, payload.acl)
+            applied_at[store.name] = self.clock()
         self.cache.bump(event.tenant)
+        invalidated_at = self.clock()
         new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
         # On a tombstone the document stays deleted: the ACL waits for its re-created content.
         new_state.tombstone_version = tombstone_of(new_state)
@@ -288,11 +304,15 @@ class IndexSink:
         new_state.acl = payload.acl
         new_state.acl_version = event.version
         self.docs.put(new_state)
-        return ApplyResult(Outcome.APPLIED, event, cache_bumped=True)
+        return ApplyResult(
+            Outcome.APPLIED, event, cache_bumped=True, applied_at=applied_at, cache_invalidated_at=invalidated_at
+        )
 
     def _delete(
         self, event: Event, payload: DeletePayload, state: DocState | None, received_at: datetime
     ) -> ApplyResult:
+        """Every version the deletion deleted leaves every store, their embedding-cache entries go, the
+        cache is invalidated, and the audit records when each copy dropped it (IDs and counts only)."""
         # Content newer than the delete may already be applied (the document was re-created and its
         # upsert overtook this delete): then only the versions the delete deleted are removed.
         recreated = (
@@ -301,13 +321,12 @@ class IndexSink:
             and state.content_version is not None
             and state.content_version > event.version
         )
+        stored = self.lexical.doc_passages(event.tenant, event.doc_id)
+        if recreated:
+            stored = [p for p in stored if p.version < event.version]
         removed_at: dict[str, datetime] = {}
         if recreated:
-            doomed = [
-                p.passage_id for p in self.lexical.inventory(event.tenant, event.doc_id) if p.version < event.version
-            ]
-            removed = len(doomed)
-            self.lexical.delete_passages(event.tenant, doomed)
+            self.lexical.delete_passages(event.tenant, [p.passage_id for p in stored])
             removed_at[self.lexical.name] = self.clock()
             if self.vector is not None:
                 old = [
@@ -316,12 +335,26 @@ class IndexSink:
                 self.vector.delete_passages(event.tenant, old)
                 removed_at[self.vector.name] = self.clock()
         else:
-            removed = self.lexical.count(event.tenant, event.doc_id)
             self.lexical.delete_doc(event.tenant, event.doc_id)
             removed_at[self.lexical.name] = self.clock()
             if self.vector is not None:
                 self.vector.delete_doc(event.tenant, event.doc_id)
                 removed_at[self.vector.name] = self.clock()
+        # Point IDs, not passage IDs: a passage ID's anchor is a slug of the document's headings,
+        # i.e. words of it; a point ID is a hash, enough for a certificate to look the points up.
+        details: dict[str, Any] = {
+            "versions": sorted({p.version for p in stored}),
+            "point_ids": [point_id(p.tenant, p.passage_id) for p in stored][:MAX_AUDITED_IDS],
+        }
+        if recreated:
+            details["recreated_at_version"] = state.content_version if state is not None else None
+        forget = getattr(self.embedder, "forget", None)
+        if callable(forget) and stored:
+            forgotten, keys = forget([embedding_text(p) for p in stored])
+            removed_at[EMBEDDING_CACHE] = self.clock()
+            details["embedding_cache_removed"] = forgotten
+            details["embedding_keys"] = [k.hex() for k in keys][:MAX_AUDITED_IDS]
+        removed = len(stored)
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
         self.audit.append(
@@ -334,6 +367,8 @@ class IndexSink:
                 removed_at=removed_at,
                 cache_invalidated_at=invalidated_at,
                 passages_removed=removed,
+                erase=payload.erase,
+                details=details,
             )
         )
         newer_acl = state is not None and state.acl_version is not None and state.acl_version > event.version
@@ -360,7 +395,12 @@ class IndexSink:
             payload.reason,
             removed,
         )
-        return ApplyResult(Outcome.APPLIED, event, cache_bumped=True)
+        return ApplyResult(
+            Outcome.APPLIED, event, cache_bumped=True, applied_at=removed_at, cache_invalidated_at=invalidated_at
+        )
+
+    def _stores(self) -> list[LexicalIndex | VectorIndex]:
+        return [self.lexical] if self.vector is None else [self.lexical, self.vector]
 
     def _each_store(self, action: Callable[[LexicalIndex | VectorIndex], None]) -> None:
         action(self.lexical)

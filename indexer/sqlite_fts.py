@@ -93,7 +93,10 @@ class SqliteLexicalIndex:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
+        # Freed pages and cells are overwritten: a deleted passage's text does not linger in free space.
+        self._conn.execute("PRAGMA secure_delete=ON")
         self._conn.executescript(_SCHEMA)
+        self._conn.execute("CREATE TABLE IF NOT EXISTS purge_pending (fts TEXT PRIMARY KEY) WITHOUT ROWID")
         self._lock = threading.RLock()
         self.deferred = deferred
         self._merge_pending: set[str] = set()
@@ -255,8 +258,11 @@ class SqliteLexicalIndex:
     def _delete_where(self, tenant: str, where: str, args_list: Sequence[tuple[object, ...]]) -> None:
         with self._writing():
             fts = self._fts(tenant, create=False)
-            for args in args_list:
-                self._delete_rows(tenant, fts, where, args)
+            deleted = sum(self._delete_rows(tenant, fts, where, args) for args in args_list)
+            if deleted and fts:
+                # The FTS5 index keeps a deleted row's terms until its segments are merged (this
+                # SQLite, 3.40, predates FTS5's secure-delete): `purge` merges, from a durable queue.
+                self._conn.execute("INSERT OR IGNORE INTO purge_pending(fts) VALUES (?)", (fts,))
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         self._delete_where(tenant, "passage_id = ?", [(pid,) for pid in passage_ids])
@@ -315,6 +321,37 @@ class SqliteLexicalIndex:
             cols = [d[0] for d in cur.description]
             return [self._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
 
+    def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
+        wanted = list(dict.fromkeys(passage_ids))
+        if not wanted or not access.entries:
+            return []
+        as_of = to_epoch_ms(access.as_of)
+        acl_marks = ",".join("?" for _ in access.entries)
+        out: list[Passage] = []
+        with self._lock:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" for _ in chunk)
+                cur = self._conn.execute(
+                    "SELECT p.*, 0.0 AS score FROM passages p"
+                    f" WHERE p.tenant = ? AND p.passage_id IN ({marks})"
+                    " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
+                    f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks}))",
+                    (access.tenant, *chunk, as_of, as_of, *access.entries),
+                )
+                cols = [d[0] for d in cur.description]
+                out.extend(self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
+        return out
+
+    def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:
+        with self._lock:
+            cur = self._conn.execute(
+                "SELECT p.*, 0.0 AS score FROM passages p WHERE p.tenant = ? AND p.doc_id = ? ORDER BY version, rid",
+                (tenant, doc_id),
+            )
+            cols = [d[0] for d in cur.description]
+            return [self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
+
     @staticmethod
     def _hit(row: dict[str, object]) -> Hit:
         superseded = row["superseded_ms"]
@@ -334,6 +371,48 @@ class SqliteLexicalIndex:
             chunker_version=str(row["chunker_version"]),
         )
         return Hit(passage=passage, score=float(str(row["score"])))
+
+    def delete_superseded(self, before: datetime) -> list[Passage]:
+        """Delete every passage superseded before the instant (retention); returns what was deleted."""
+        ms = to_epoch_ms(before)
+        with self._lock:
+            cur = self._conn.execute(
+                "SELECT p.*, 0.0 AS score FROM passages p WHERE p.superseded_ms IS NOT NULL AND p.superseded_ms < ?",
+                (ms,),
+            )
+            cols = [d[0] for d in cur.description]
+            doomed = [self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
+        by_tenant: dict[str, list[str]] = {}
+        for p in doomed:
+            by_tenant.setdefault(p.tenant, []).append(p.passage_id)
+        for tenant, ids in by_tenant.items():
+            self.delete_passages(tenant, ids)
+        return doomed
+
+    def purge(self) -> dict[str, object]:
+        """Make deletions physical: merge every FTS5 index that lost rows into one segment (which drops
+        the deleted rows' terms), then checkpoint and truncate the write-ahead log. With secure_delete
+        on, no page of the file keeps a deleted passage's text or terms afterwards. Between batches
+        only: a batch still open is flushed first."""
+        with self._lock:
+            self.flush()
+            tables = [str(r[0]) for r in self._conn.execute("SELECT fts FROM purge_pending").fetchall()]
+            for fts in tables:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+                    self._conn.execute("DELETE FROM purge_pending WHERE fts = ?", (fts,))
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+            busy, pages, moved = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return {"fts_merged": len(tables), "checkpoint_complete": busy == 0, "wal_pages": pages, "moved": moved}
+
+    def purge_pending(self) -> int:
+        """FTS5 indexes with deleted rows not merged away yet (certificates: 0 after a purge)."""
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM purge_pending").fetchone()[0])
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
         with self._lock:

@@ -7,8 +7,18 @@ It only reorders what the two permission-filtered rankers returned, so it can ne
 principal sees; it lifts paraphrased questions, whose answer is one sentence of a longer passage.
 
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
-may not read. Results are cached under a key of tenant, user, sorted groups, query, as-of and
-the tenant's generation, so a revocation (generation bump) makes every older entry unreachable.
+may not read. Two more guards make a revocation or deletion effective at once, wherever a copy
+lags behind:
+
+- The deny set (indexer.deny): every candidate, fresh or cached, is dropped when an entry written
+  by the worker that consumed a revocation or deletion denies it, before any store converged.
+- Cached results hold passage IDs and ranks only, never text: a cache hit is read back from the
+  lexical store, the store of record, with the permission filter in the query. An entry whose
+  passages are not all still readable is not served at all (the query runs fresh). So a cached
+  entry can never show what the asker lost, even one written before a revocation and read while
+  the generation bump that invalidates it had not happened yet (e.g. Redis came back from an
+  outage before the worker's retry). Keys still carry the tenant's generation, so an ACL change
+  that widens access is reflected at once too.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from indexer.cache import cache_key
+from indexer.deny import DenyEntry, DenySet, DenyUnavailable, denies
 from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
 from query.ports import Reranker, RerankInput
 from query.rrf import RRF_K, fuse
@@ -66,11 +77,14 @@ class Retrieval:
     fused: list[tuple[str, float]] = field(default_factory=list)
     cached: bool = False
     elapsed_ms: float = 0.0
+    passage_ids: list[str] = field(default_factory=list)
+    """Of a cached entry read back: the IDs to load from the store of record (its `passages` are empty)."""
 
     def to_json(self) -> bytes:
+        """IDs and ranks only: a cache never holds document text (see the module docstring)."""
         return json.dumps(
             {
-                "passages": [p.model_dump(mode="json") for p in self.passages],
+                "passage_ids": [p.passage_id for p in self.passages],
                 "lexical_ids": self.lexical_ids,
                 "dense_ids": self.dense_ids,
                 "fused": self.fused,
@@ -80,12 +94,15 @@ class Retrieval:
     @classmethod
     def from_json(cls, raw: bytes) -> Retrieval:
         data = json.loads(raw)
+        # Entries written before caches held IDs only still name their passages; only the IDs are used.
+        ids = data.get("passage_ids") or [p["passage_id"] for p in data.get("passages", [])]
         return cls(
-            passages=[Passage.model_validate(p) for p in data["passages"]],
+            passages=[],
             lexical_ids=data["lexical_ids"],
             dense_ids=data["dense_ids"],
             fused=[(i, s) for i, s in data["fused"]],
             cached=True,
+            passage_ids=list(ids),
         )
 
 
@@ -103,9 +120,14 @@ class Retriever:
         settings: RetrievalSettings | None = None,
         reranker: Reranker | None = None,
         sentence_ranker: Reranker | None = None,
+        deny: DenySet | None = None,
     ) -> None:
         self.reranker = reranker
         self.sentence_ranker = sentence_ranker if embedder is not None else None
+        self.deny = deny
+        self.deny_unavailable = 0
+        """Queries answered without the deny set because it could not be read (from the stores alone)."""
+        self._deny_warned = 0.0
         self.lexical = lexical
         self.vector = vector if embedder is not None else None
         self.embedder = embedder
@@ -119,16 +141,55 @@ class Retriever:
     def lexical_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
         return self.lexical.search(query, access, limit or self.settings.candidates, self.settings.bm25_floor)
 
-    def dense_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
+    def dense_hits(
+        self, query: str, access: AccessFilter, limit: int | None = None, floor: float | None = None
+    ) -> list[Hit]:
+        """Nearest passages, read back from the lexical store (the vector store holds IDs only).
+
+        The read-back applies the permission filter again, in the lexical store's own query: a
+        passage the vector store still holds but the lexical store has revoked or deleted is dropped.
+        """
         if self.vector is None or self.embedder is None:
             return []
         vector = self.embedder.embed_query(query)
-        return self.vector.search(vector, access, limit or self.settings.candidates, self.settings.dense_floor)
+        found = self.vector.search(
+            vector, access, limit or self.settings.candidates, self.settings.dense_floor if floor is None else floor
+        )
+        if not found:
+            return []
+        passages = {p.passage_id: p for p in self.lexical.passages(access, [h.passage_id for h in found])}
+        return [Hit(passages[h.passage_id], h.score) for h in found if h.passage_id in passages]
+
+    def deny_entries(self, access: AccessFilter, doc_ids: set[str]) -> list[DenyEntry]:
+        """The deny set's entries for these documents; none (stores alone) when it cannot be read.
+
+        Without the deny set a change is effective once the stores converged (they never depend on
+        it); refusing every query during a Redis outage would trade availability for a window of
+        milliseconds. The count is exported for operators.
+        """
+        if self.deny is None or not doc_ids:
+            return []
+        try:
+            return self.deny.lookup(access.tenant, doc_ids)
+        except DenyUnavailable as exc:
+            self.deny_unavailable += 1
+            now = time.monotonic()
+            if now - self._deny_warned > 30.0:
+                self._deny_warned = now
+                log.warning("deny set unavailable (%s): answering from the stores alone", exc)
+            return []
+
+    def _allowed(self, hits: list[Hit], entries: list[DenyEntry], access: AccessFilter) -> list[Hit]:
+        if not entries:
+            return hits
+        return [h for h in hits if not any(denies(e, h.passage, access) for e in entries)]
 
     def rank(self, query: str, access: AccessFilter) -> Ranking:
         """Both rankers, the sentence list over their fused top, fusion, and the reranker over the fused top."""
         lexical = self.lexical_hits(query, access)
         dense = self.dense_hits(query, access)
+        entries = self.deny_entries(access, {h.passage.doc_id for h in (*lexical, *dense)})
+        lexical, dense = self._allowed(lexical, entries, access), self._allowed(dense, entries, access)
         by_id: dict[str, Passage] = {}
         for h in (*lexical, *dense):
             by_id.setdefault(h.passage.passage_id, h.passage)
@@ -159,9 +220,10 @@ class Retriever:
             key = cache_key(principal, query, access.as_of, self.cache.generation(principal.tenant), top)
             raw = self.cache.get(key)
             if raw is not None:
-                hit = Retrieval.from_json(raw)
-                hit.elapsed_ms = (time.perf_counter() - started) * 1000
-                return hit
+                hit = self._read_back(Retrieval.from_json(raw), access)
+                if hit is not None:
+                    hit.elapsed_ms = (time.perf_counter() - started) * 1000
+                    return hit
         ranking = self.rank(query, access)
         fused = ranking.fused[:top]
         result = Retrieval(
@@ -174,3 +236,19 @@ class Retriever:
             self.cache.set(key, result.to_json(), self.settings.cache_ttl_s)
         result.elapsed_ms = (time.perf_counter() - started) * 1000
         return result
+
+    def _read_back(self, cached: Retrieval, access: AccessFilter) -> Retrieval | None:
+        """The cached ranking with its passages from the store of record, or None to run fresh.
+
+        None as soon as one passage is no longer readable by the asker (revoked, deleted, denied):
+        serving the rest would be a ranking the stores would not give any more.
+        """
+        wanted = cached.passage_ids
+        found = {p.passage_id: p for p in self.lexical.passages(access, wanted)} if wanted else {}
+        if len(found) != len(set(wanted)):
+            return None
+        entries = self.deny_entries(access, {p.doc_id for p in found.values()})
+        if any(denies(e, p, access) for e in entries for p in found.values()):
+            return None
+        cached.passages = [found[pid] for pid in wanted]
+        return cached

@@ -15,6 +15,7 @@ import click
 from ragsync.commands.ask import ask
 from ragsync.commands.audit import audit
 from ragsync.commands.dlq import dlq
+from ragsync.commands.erase import erase
 from ragsync.commands.evaluate import eval_
 from ragsync.commands.service import serve, status, worker
 from ragsync.commands.sync import sync
@@ -94,7 +95,7 @@ def demo(ctx: click.Context, directory: Path | None) -> None:
     sys.exit(run_demo(directory, settings_of(ctx)))
 
 
-for command in (sync, ask, token, audit, dlq, eval_, worker, serve, status, verify):
+for command in (sync, ask, token, audit, erase, dlq, eval_, worker, serve, status, verify):
     main.add_command(command)
 
 

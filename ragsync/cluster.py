@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from indexer.deny import DenySet
 from indexer.ports import (
     Cache,
     DeletionAudit,
@@ -23,6 +24,7 @@ from indexer.ports import (
     StoreUnavailable,
     VectorIndex,
 )
+from indexer.propagation import PropagationLog
 from ragsync.home import secure_home
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedder, field_weights
@@ -95,6 +97,16 @@ class ClusterAdapters:
         from indexer.elastic_state import ElasticDeletionAudit
 
         return ElasticDeletionAudit(self.settings.es_url, prefix=self.settings.es_index_prefix)
+
+    def deny(self) -> DenySet:
+        from indexer.redis_deny import RedisDenySet
+
+        return RedisDenySet(self.settings.redis_url, namespace=self.settings.redis_namespace)
+
+    def propagation(self) -> PropagationLog:
+        from indexer.elastic_state import ElasticPropagationLog
+
+        return ElasticPropagationLog(self.settings.es_url, prefix=self.settings.es_index_prefix)
 
 
 def build_cluster(settings: Settings, *, with_embedder: bool = True) -> Components:

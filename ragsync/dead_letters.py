@@ -77,7 +77,7 @@ def pending(events: EventLog, limit: int | None = None) -> list[DeadLetter]:
             batch = events.poll(TOPIC_DLQ, DLQ_GROUP, max_records=500, timeout_s=_POLL_TIMEOUT_S)
             if not batch:
                 break
-            out.extend(DeadLetter.decode(r) for r in batch)
+            out.extend(DeadLetter.decode(r) for r in batch if r.value)  # an empty one was erased with its document
     finally:
         events.rewind(TOPIC_DLQ, DLQ_GROUP)
     return out if limit is None else out[:limit]

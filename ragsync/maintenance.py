@@ -7,9 +7,12 @@ step. In order:
 1. Dense backfill: passages a sync wrote while no embedding model was loaded have no vector, so
    dense retrieval cannot find them. Once a model is loaded they are embedded, in storage order,
    with the ACL and dates they carry in the lexical store right now.
-2. FTS5 segment merging (the batched write path leaves one segment per batch and turns automatic
+2. Physical purges of deletions (ragsync.purge: FTS5 merged, WAL truncated, segments vacuumed, erased
+   log records checkpointed); while the worker is busy, `purge_if_overdue` purges anyway once a
+   deletion has waited `purge_max_delay_s`.
+3. FTS5 segment merging (the batched write path leaves one segment per batch and turns automatic
    merging off).
-3. HNSW: once enough points changed and no query ran for a moment, qdrant-edge's `optimize`
+4. HNSW: once enough points changed and no query ran for a moment, qdrant-edge's `optimize`
    builds the index where its thresholds say a segment is large enough. It holds the GIL while it
    builds, so the whole process waits; hence only when idle, and logged.
 """
@@ -54,8 +57,14 @@ def dense_gap(components: Components) -> DenseGap | None:
 
 class Maintenance:
     def __init__(self, components: Components, *, optimize_after: int = OPTIMIZE_AFTER_CHANGED) -> None:
+        from ragsync.purge import Purger
+
         self.components = components
         self.optimize_after = optimize_after
+        self.purger = Purger(components)
+        self._pending_since: float | None = None
+        self._checked_at = 0.0
+        self._retention_at = 0.0
         self._cursor = 0
         gap = dense_gap(components)
         self._backfill = gap is not None and gap.missing > 0
@@ -65,7 +74,37 @@ class Maintenance:
 
     def step(self) -> bool:
         """Do one bounded piece of work; False when there is nothing left to do."""
-        return self._backfill_step() or self._merge_step() or self._optimize_step()
+        return self._backfill_step() or self._purge_step() or self._merge_step() or self._optimize_step()
+
+    def _purge_step(self) -> bool:
+        """Deletions waiting to leave the stores' files physically: purge them (ragsync.purge), and
+        apply `retain_superseded_days` once an hour."""
+        from ragsync.purge import RETENTION_EVERY_S
+
+        days = self.components.settings.retain_superseded_days
+        if days is not None and time.monotonic() - self._retention_at >= RETENTION_EVERY_S:
+            self._retention_at = time.monotonic()
+            self.purger.expire_superseded(days)
+        if self.purger.pending() == 0:
+            self._pending_since = None
+            return False
+        self.purger.run()
+        self._pending_since = None
+        return False
+
+    def purge_if_overdue(self) -> None:
+        """While the worker is busy: purge anyway once a deletion has waited `purge_max_delay_s`."""
+        now = time.monotonic()
+        if self._pending_since is None:
+            if now - self._checked_at < 1.0:
+                return
+            self._checked_at = now
+            if self.purger.pending() == 0:
+                return
+            self._pending_since = now
+        if now - self._pending_since >= self.components.settings.purge_max_delay_s:
+            self.purger.run()
+            self._pending_since = None
 
     def run(self) -> None:
         while self.step():

@@ -48,6 +48,7 @@ class Owner:
         self.sources = list(sources)
         self.poll_s = poll_s
         self.worker: EmbeddedWorker | None = None
+        self.deny_watcher: Any = None
         self.scheduler: Any = None
         self.started_at: float | None = None
         self.last_error: str | None = None
@@ -62,14 +63,18 @@ class Owner:
         if self._thread is not None:
             return
         c = self.components
-        for port in ("events", "lexical", "docs", "audit", "cache", "embedder", "vector"):
+        for port in ("events", "lexical", "docs", "audit", "cache", "embedder", "vector", "deny", "propagation"):
             getattr(c, port)
-        self.worker = EmbeddedWorker(
-            c.events,
-            c.sink(),
-            revocation_bound_s=self.settings.revocation_bound_s,
-            documents_batch_size=self.settings.index_batch_size,
-        )
+        from ragsync.pipeline import embedded_worker
+        from ragsync.propagation_metrics import process_metrics
+        from streams.deny_watcher import DenyWatcher
+
+        tracker = c.tracker(observe=process_metrics(self.settings.revocation_bound_s).observe)
+        tracker.sweep(c.docs)
+        self.worker = embedded_worker(c, tracker)
+        # Revocations and deletions effective within a poll even while a batch embeds (streams/deny_watcher.py).
+        self.deny_watcher = DenyWatcher(c.events, tracker)
+        self.deny_watcher.start()
         self._thread = threading.Thread(target=self._run, name="ragsync-indexer", daemon=True)
         self._thread.start()
         if self.sources:
@@ -86,6 +91,8 @@ class Owner:
         self._stop.set()
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.deny_watcher is not None:
+            self.deny_watcher.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -109,6 +116,7 @@ class Owner:
                 if self.worker.step() > 0:
                     self._idle.clear()
                     backoff = 0.5
+                    maintenance.purge_if_overdue()  # a deletion's bytes go within purge_max_delay_s, busy or not
                     continue
                 if maintenance.step():
                     continue

@@ -5,6 +5,8 @@
     GET  /v1/owner/status   what `ragsync status` prints                      (operator key)
     GET  /v1/owner/progress committed offsets of the indexer per topic         (operator key)
     POST /v1/owner/ask      an ask with its trace, for `ragsync ask --show-trace` (operator key)
+    POST /v1/owner/audit/deletion  a deletion certificate, for `ragsync audit deletion` (operator key)
+                            {"doc_id": str, "tenant": str?}: the owner holds the vector shard
                             {"token": str, "question": str, "as_of": ISO datetime?}
 
 The operator key is an HMAC of the home's session secret (`operator_key`): whoever can issue
@@ -47,6 +49,13 @@ class TracedAsk(BaseModel):
     as_of: datetime | None = None
 
 
+class CertificateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    doc_id: str = Field(min_length=1, max_length=2048)
+    tenant: str | None = Field(default=None, max_length=64)
+
+
 def mount_owner(app: Starlette, owner: Owner) -> None:
     """Add the owner's routes (before any catch-all mount) and run it inside the app's lifespan."""
     key = operator_key(owner.settings.secret())
@@ -85,7 +94,23 @@ def mount_owner(app: Starlette, owner: Owner) -> None:
         payload["trace"] = result.trace.model_dump(mode="json")
         return JSONResponse(payload)
 
+    async def deletion_certificate(request: Request) -> Response:
+        if not operator(request):
+            return denied()
+        from ragsync.certificate import CertificateError, certificate
+
+        try:
+            body = CertificateRequest.model_validate_json(await request.body())
+        except ValidationError:
+            return JSONResponse({"error": "invalid request: {doc_id: str, tenant: str?}"}, status_code=422)
+        try:
+            cert = await run_in_threadpool(certificate, owner.components, body.doc_id, body.tenant)
+        except CertificateError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        return JSONResponse(cert)
+
     routes = [
+        Route("/v1/owner/audit/deletion", deletion_certificate, methods=["POST"]),
         Route("/v1/owner/status", status, methods=["GET"]),
         Route("/v1/owner/progress", progress, methods=["GET"]),
         Route("/v1/owner/ask", traced_ask, methods=["POST"]),

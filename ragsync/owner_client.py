@@ -62,5 +62,15 @@ class OwnerClient:
         result: dict[str, Any] = self._call("GET", "/v1/owner/status", headers={OPERATOR_HEADER: self._key})
         return result
 
+    def deletion_certificate(self, doc_id: str, tenant: str | None) -> dict[str, Any]:
+        """`ragsync audit deletion` through the owner, which holds the stores."""
+        cert: dict[str, Any] = self._call(
+            "POST",
+            "/v1/owner/audit/deletion",
+            json={"doc_id": doc_id, "tenant": tenant},
+            headers={OPERATOR_HEADER: self._key},
+        )
+        return cert
+
     def close(self) -> None:
         self._http.close()

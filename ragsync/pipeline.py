@@ -30,6 +30,7 @@ from schemas.events import Event
 from streams.dispatch import Stats
 from streams.embedded_worker import GROUP, EmbeddedWorker
 from streams.ports import EVENT_TOPICS, AppliedJournal, publish_durably, topic_for
+from streams.tracking import Tracker
 
 
 @dataclass
@@ -138,17 +139,31 @@ def apply_events(
     """Drain the log into the stores, then do the idle maintenance; the caller owns the home."""
     from ragsync.maintenance import Maintenance
 
-    worker = EmbeddedWorker(
-        components.events,
-        components.sink(),
-        revocation_bound_s=components.settings.revocation_bound_s,
-        documents_batch_size=components.settings.index_batch_size,
-    )
+    worker = embedded_worker(components)
     if on_backlog:
         on_backlog(worker.pending())
     stats = worker.drain(on_apply)
     Maintenance(components).run()
     return stats
+
+
+def embedded_worker(components: Components, tracker: Tracker | None = None) -> EmbeddedWorker:
+    """The embedded worker with the deny set and propagation tracking; an erasure is purged at once."""
+    from ragsync.purge import Purger
+
+    purger = Purger(components)
+
+    def purge_now(_: list[Event]) -> None:
+        purger.run()
+
+    return EmbeddedWorker(
+        components.events,
+        components.sink(),
+        revocation_bound_s=components.settings.revocation_bound_s,
+        documents_batch_size=components.settings.index_batch_size,
+        tracker=tracker or components.tracker(),
+        on_erase=purge_now,
+    )
 
 
 def wait_applied(

@@ -74,10 +74,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def new_registry() -> CollectorRegistry:
     """A registry with process, platform and GC metrics; one per app, so test apps never share counts."""
+    from ragsync.propagation_metrics import ProcessMetrics
+
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
+    registry.register(ProcessMetrics())  # revocation and deletion propagation, observed by this process's worker
     return registry
 
 
@@ -321,7 +324,7 @@ def check_metrics_exposure(settings: Settings) -> None:
         )
 
 
-def _serve_in_thread(app: ASGIApp, listener: Listener) -> tuple[threading.Thread, Any]:
+def serve_in_thread(app: ASGIApp, listener: Listener) -> tuple[threading.Thread, Any]:
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
@@ -374,7 +377,7 @@ def run_server(
         announce(f"ragsync serve: webhook pushes at POST {api_url}/v1/webhooks/{name} (signed, timestamped)")
     metrics_server: Any = None
     if metrics is not None:
-        _, metrics_server = _serve_in_thread(metrics_app(registry, settings.metrics_token), metrics)
+        _, metrics_server = serve_in_thread(metrics_app(registry, settings.metrics_token), metrics)
     config = uvicorn.Config(
         app,
         log_level="warning",

@@ -107,8 +107,15 @@ class Settings(BaseSettings):
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True
-    revocation_bound_s: float = 30.0
+    revocation_bound_s: float = 2.0
+    """Bound on a revocation's or deletion's propagation to every store (warnings, `audit propagation`)."""
     index_batch_size: int = Field(default=256, ge=1)  # upserts per indexer batch: one flush and commit each
+    retain_superseded_days: float | None = None
+    """Delete superseded versions older than this (None: keep the whole as-of history)."""
+    purge_max_delay_s: float = 60.0
+    """A deletion's bytes leave every store's files at most this long after it was applied (purge)."""
+    worker_metrics_port: int | None = Field(default=9465, ge=0, le=65535)
+    """A cluster worker's own metrics listener on metrics_host (propagation histograms); None: none."""
 
     metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
     metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener

@@ -1,7 +1,7 @@
 """Profile wiring: which adapter serves each port. With ragsync/cluster.py, the only code that knows both profiles.
 
-embedded: SQLite log, SQLite FTS5, qdrant-edge, in-process cache (generations in SQLite),
-          extractive model; everything under RAGSYNC_HOME, no servers.
+embedded: SQLite log, SQLite FTS5, qdrant-edge, in-process cache (generations in SQLite), deny
+          set in-process plus SQLite, extractive model; everything under RAGSYNC_HOME, no servers.
 cluster:  Kafka, Elasticsearch, Qdrant, Redis, Anthropic; see ragsync/cluster.py.
 
 Adapters are opened on first use, never up front. A command therefore opens exactly the stores it
@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from indexer.cache import InProcessCache
+from indexer.deny import DenySet
 from indexer.embedder import load_embedder
 from indexer.embedding_cache import CachedEmbedder
 from indexer.ports import (
@@ -30,6 +31,7 @@ from indexer.ports import (
     LexicalIndex,
     VectorIndex,
 )
+from indexer.propagation import PropagationLog, PropagationRecord
 from indexer.sink import IndexSink
 from query.ports import Model, Reranker
 from query.retrieval import RetrievalSettings, Retriever
@@ -38,6 +40,7 @@ from query.worker import QueryWorker, WorkerSettings
 from ragsync.home import secure_home
 from ragsync.settings import Settings
 from streams.ports import EventLog
+from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,10 @@ class AdapterFactory(Protocol):
     def docs(self) -> DocStateStore: ...
 
     def audit(self) -> DeletionAudit: ...
+
+    def deny(self) -> DenySet: ...
+
+    def propagation(self) -> PropagationLog: ...
 
 
 class Components:
@@ -105,6 +112,14 @@ class Components:
         return self._open(self.factory.audit())  # type: ignore[no-any-return]
 
     @cached_property
+    def deny(self) -> DenySet:
+        return self._open(self.factory.deny())  # type: ignore[no-any-return]
+
+    @cached_property
+    def propagation(self) -> PropagationLog:
+        return self._open(self.factory.propagation())  # type: ignore[no-any-return]
+
+    @cached_property
     def reranker(self) -> Reranker | None:
         from query.rerank import load_reranker
 
@@ -119,7 +134,7 @@ class Components:
 
     def opened(self) -> list[str]:
         """Names of the ports opened so far (tests check that a command opened only what it needs)."""
-        ports = ("events", "lexical", "embedder", "vector", "cache", "docs", "audit")
+        ports = ("events", "lexical", "embedder", "vector", "cache", "docs", "audit", "deny", "propagation")
         return [name for name in ports if name in self.__dict__ and self.__dict__[name] is not None]
 
     def sink(self) -> IndexSink:
@@ -152,7 +167,12 @@ class Components:
             ),
             self.reranker,
             self.sentence_ranker,
+            self.deny,
         )
+
+    def tracker(self, observe: Callable[[PropagationRecord], None] | None = None) -> Tracker:
+        """What a worker uses around revocations and deletions: deny first, record, confirm."""
+        return Tracker(self.deny, self.propagation, observe=observe)
 
     def model(self) -> Model:
         if self.settings.model == "anthropic":
@@ -267,6 +287,16 @@ class EmbeddedAdapters:
         from indexer.state import SqliteDeletionAudit
 
         return SqliteDeletionAudit(self._state_db())
+
+    def deny(self) -> DenySet:
+        from indexer.deny import SqliteDenySet
+
+        return SqliteDenySet(self.home / "deny.db")
+
+    def propagation(self) -> PropagationLog:
+        from indexer.propagation import SqlitePropagationLog
+
+        return SqlitePropagationLog(self.home / "propagation.db")
 
 
 def build_embedded(settings: Settings, *, with_embedder: bool = True) -> Components:

@@ -124,6 +124,8 @@ class AclPayload(_Strict):
 class DeletePayload(_Strict):
     kind: Literal["delete"] = "delete"
     reason: str = "removed at source"
+    erase: bool = False
+    """An erasure on request (`ragsync erase`): physically purged at once rather than on schedule."""
 
 
 Payload = Annotated[UpsertPayload | AclPayload | DeletePayload, Field(discriminator="kind")]

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from indexer.ports import Vectors
 from indexer.sink import ApplyResult, IndexSink, Outcome
 from schemas.events import Event, EventKind
+from streams.erasure import parse_marker
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS, Record
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,13 @@ def handle(
     return apply_record(sink, record, stats, revocation_bound_s, vectors, decoded)[0]
 
 
+def is_tombstone(record: Record) -> bool:
+    """Not an event: a record whose value is gone (a Kafka tombstone or roll marker, a log record
+    erased after its document was deleted) or an erase marker (streams.erasure). Nothing to apply
+    and nothing to dead-letter; the worker that owns the log acts on erase markers itself."""
+    return not record.value or (record.topic == TOPIC_DOCUMENTS and parse_marker(record.key, record.value) is not None)
+
+
 def apply_record(
     sink: IndexSink,
     record: Record,
@@ -98,7 +106,9 @@ def apply_record(
     vectors: Mapping[str, Vectors] | None = None,
     decoded: Event | InvalidEvent | None = None,
 ) -> tuple[str | None, ApplyResult | None]:
-    """`handle`, also returning the sink's result (None for a dead letter) for callers that journal it."""
+    """`handle`, also returning the sink's result (None for a dead letter or a tombstone)."""
+    if is_tombstone(record):
+        return None, None
     event = try_decode(record) if decoded is None else decoded
     if isinstance(event, InvalidEvent):
         stats.dead_lettered += 1

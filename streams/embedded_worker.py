@@ -12,6 +12,11 @@ once), then every store is flushed once, then the batch's offsets are committed 
 journal of what each record did. Nothing is acknowledged before it is durable, and a batch costs
 one flush per store instead of one per write. A crash anywhere before the commit re-delivers the
 whole batch, which the sink's versioned, idempotent writes absorb.
+
+With a tracker (streams.tracking), each ACL change and deletion is denied for queries as soon as it
+is polled (the owner also runs a deny watcher that does it while a batch embeds), and once its
+batch is durable it is confirmed (deny entry cleared, propagation recorded) and the content of
+deleted or superseded documents is erased from the log; erasures are then purged at once (`on_erase`).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from streams.ports import (
     Record,
     dead_letter_value,
 )
+from streams.tracking import Tracker, after_durable
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +60,11 @@ class EmbeddedWorker:
         revocation_bound_s: float = 30.0,
         max_retries: int = 5,
         backoff_s: float = 0.5,
+        tracker: Tracker | None = None,
+        on_erase: Callable[[list[Event]], None] | None = None,
     ) -> None:
+        self.tracker = tracker
+        self.on_erase = on_erase
         self.events = events
         self.sink = sink
         self.group = group
@@ -117,6 +127,9 @@ class EmbeddedWorker:
 
     def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
         decoded = [try_decode(record) for record in records]
+        if self.tracker is not None and topic != TOPIC_DOCUMENTS:
+            for record, event in zip(records, decoded, strict=True):
+                self.tracker.consumed(record, event)  # effective from here on, before any store write
         vectors: dict[str, Vectors] = {}
         if topic == TOPIC_DOCUMENTS:
             try:
@@ -127,6 +140,7 @@ class EmbeddedWorker:
                 return None
         done: list[Record] = []
         entries: list[AppliedEntry] = []
+        applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
         for record, event in zip(records, decoded, strict=True):
             if topic == TOPIC_DOCUMENTS and done and self.revocations_pending():
                 self.preemptions += 1
@@ -135,13 +149,14 @@ class EmbeddedWorker:
                 reason, result = self._apply_with_retries(record, event, vectors)
             except Exception:
                 # Acknowledge what was applied before the failing record; it stays uncommitted.
-                self._commit(topic, done, entries)
+                self._commit(topic, done, entries, applied)
                 raise
             if reason is not None:
                 self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
             entries.append(_entry(record, event, result))
             done.append(record)
-        self._commit(topic, done, entries)
+            applied.append((record, event, result))
+        self._commit(topic, done, entries, applied)
         return len(done)
 
     def _apply_with_retries(
@@ -158,11 +173,23 @@ class EmbeddedWorker:
                 log.exception("store write failed on %s@%d, retry %d", record.topic, record.offset, attempt)
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
 
-    def _commit(self, topic: str, records: Sequence[Record], entries: Sequence[AppliedEntry]) -> None:
-        """Flush every store, then acknowledge: the order that makes "committed" mean "durable"."""
+    def _commit(
+        self,
+        topic: str,
+        records: Sequence[Record],
+        entries: Sequence[AppliedEntry],
+        applied: Sequence[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = (),
+    ) -> None:
+        """Flush every store, then acknowledge: the order that makes "committed" mean "durable".
+
+        Between the two, the batch's revocations and deletions are confirmed and deleted content is
+        erased from the log (idempotent: a crash before the commit redoes both with the batch).
+        """
+        erasures: list[Event] = []
         try:
             if records:
                 self.sink.flush()
+                erasures = after_durable(self.events, self.tracker, applied)
                 if self._journal is not None:
                     self._journal.commit_applied(self.group, records, entries)
                 else:
@@ -171,6 +198,8 @@ class EmbeddedWorker:
         finally:
             # Whatever was not committed is polled again from the committed offset.
             self.events.rewind(topic, self.group)
+        if erasures and self.on_erase is not None:
+            self.on_erase(erasures)
 
     def _embed_batch(self, decoded: list[Event | InvalidEvent]) -> dict[str, Vectors]:
         """One embedding pass for the batch's upserts; on a model failure each event embeds its own."""

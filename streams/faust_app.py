@@ -6,12 +6,21 @@ Why it is built this way:
   so a revocation never waits behind a document backlog: Faust feeds each agent from its own
   buffer, and a full buffer pauses only its own partitions (it does not block delivery to the
   other agents).
-* Ordering. A document's events share a key (`tenant/doc_id`) hence a partition; each agent runs
-  with `concurrency=1`, so one partition's events are applied one after the other, in order.
+* Ordering. A document's events share a key (`tenant/doc_id`) hence a partition; the documents
+  agent runs with `concurrency=1`, so one partition's upserts are applied one after the other, in
+  order. The ACL and deletion agents run REVOCATION_CONCURRENCY actors: a revocation must not wait
+  for the store round trips of the ones before it, and order within a key does not matter there
+  (every write is versioned: an older event that loses the race is stale and changes nothing).
   All three topics have the same partition count and Faust's assignor co-partitions them, so the
   ACL, deletion and document partitions of a key belong to the same worker; a per-key lock in
-  that worker keeps the ACL agent and the document agent from interleaving the read-modify-write
-  of one document's state.
+  that worker keeps any two agents from interleaving the read-modify-write of one document's state.
+* Effective first. A second agent on the ACL and deletion topics writes each event's deny-set
+  entry as soon as it is fetched (streams.tracking), so queries stop showing the document before
+  any store changed, whatever the appliers and the document backlog are doing.
+* Content leaves the log. After a deletion the worker appends an erase marker to the documents
+  topic; the documents agent turns it into tombstones once it reaches it, and compaction removes
+  the document's records from the broker's files (streams.erasure). A timer purges the stores'
+  files physically (ragsync.purge).
 * At-least-once. The agents iterate a `noack()` stream and ack an event explicitly, only after
   `IndexSink.apply` returned (every store confirmed) or, for an invalid event, after the dead
   letter was acknowledged by Kafka. A plain `async for` would ack in a `finally` block, i.e.
@@ -43,11 +52,22 @@ from typing import Any
 
 import faust
 
-from indexer.sink import IndexSink
-from ragsync.settings import Settings
-from streams.dispatch import Stats, handle
-from streams.kafka_log import MAX_MESSAGE_BYTES, ensure_topics, topic_names
-from streams.ports import EVENT_TOPICS, TOPIC_DLQ, Record, dead_letter_value
+from indexer.sink import ApplyResult, IndexSink
+from ragsync.settings import Settings, SettingsError
+from schemas.events import DeletePayload, Event
+from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
+from streams.erasure import ROLL_KEY, EraseMarker, RollSchedule, marker_value, parse_marker
+from streams.kafka_log import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
+from streams.ports import (
+    EVENT_TOPICS,
+    TOPIC_ACL,
+    TOPIC_DELETIONS,
+    TOPIC_DLQ,
+    TOPIC_DOCUMENTS,
+    Record,
+    dead_letter_value,
+)
+from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +136,8 @@ def bounded_dead_letter(record: Record, reason: str) -> bytes:
 
 @dataclass
 class Indexer:
-    """What the agents share: the sink, the retry policy, per-key locks and per-topic stats."""
+    """What the agents share: the sink, the retry policy, per-key locks, per-topic stats, and the
+    tracker (deny set and propagation records) with the maintenance hook (physical purges)."""
 
     sink: IndexSink
     revocation_bound_s: float = 30.0
@@ -124,9 +145,19 @@ class Indexer:
     max_backoff_s: float = 30.0
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     stats: dict[str, Stats] = field(default_factory=lambda: {t: Stats() for t in EVENT_TOPICS})
+    tracker: Tracker | None = None
+    maintain: Callable[[bool], None] | None = None
+    """Purge what deletions left in the stores' files; True: an erasure asks for it now."""
+    rolls: RollSchedule = field(default_factory=lambda: RollSchedule(COMPACTION_SEGMENT_MS))
+    _maintaining: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def apply(self, record: Record) -> str | None:
-        """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None.
+        """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None."""
+        return (await self.apply_tracked(record))[0]
+
+    async def apply_tracked(self, record: Record) -> tuple[str | None, ApplyResult | None, Event | InvalidEvent]:
+        """Apply one record durably (retrying store errors until they succeed) and confirm it to the
+        tracker: (dead-letter reason or None, the sink's result, the decoded event).
 
         The sink does blocking I/O, so it runs in a thread and the event loop keeps serving the
         other agents, heartbeats and commits meanwhile.
@@ -149,11 +180,26 @@ class Indexer:
                 )
                 await asyncio.sleep(delay)
 
-    def _apply_durably(self, record: Record, stats: Stats) -> str | None:
-        """Apply, then flush the stores: the agent acks the record right after this returns."""
-        reason = handle(self.sink, record, stats, self.revocation_bound_s)
+    def _apply_durably(
+        self, record: Record, stats: Stats
+    ) -> tuple[str | None, ApplyResult | None, Event | InvalidEvent]:
+        decoded = try_decode(record)
+        reason, result = apply_record(self.sink, record, stats, self.revocation_bound_s, decoded=decoded)
         self.sink.flush()
-        return reason
+        if self.tracker is not None:
+            self.tracker.applied(record, decoded, result)
+            self.tracker.confirmed([decoded])
+        return reason, result, decoded
+
+    async def maintenance(self, now: bool = False) -> None:
+        """Run the maintenance hook in a thread, one run at a time (a purge may wait for leases)."""
+        if self.maintain is None or (self._maintaining.locked() and not now):
+            return
+        async with self._maintaining:
+            try:
+                await asyncio.to_thread(self.maintain, now)
+            except Exception:
+                log.exception("maintenance failed; the next timer retries")
 
     def summary(self) -> str:
         return ", ".join(
@@ -203,7 +249,8 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
             partitions=settings.kafka_partitions,
         )
 
-    dlq = topic(TOPIC_DLQ)
+    topics = {logical: topic(logical) for logical in (*EVENT_TOPICS, TOPIC_DLQ)}
+    dlq = topics[TOPIC_DLQ]
 
     async def dead_letter(record: Record, reason: str) -> None:
         """Send and wait for the broker's ack (force=True: not deferred to the commit)."""
@@ -219,30 +266,112 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
                 log.exception("dead-lettering %s@%d failed, retrying in %.1fs", record.topic, record.offset, delay)
                 await asyncio.sleep(delay)
 
+    documents = topics[TOPIC_DOCUMENTS]
+
+    async def send_durably(target: Any, key: bytes, value: bytes | None, partition: int | None = None) -> int:
+        """Send one record and wait for the broker's ack; returns its partition."""
+        attempt = 0
+        while True:
+            try:
+                pending = await target.send(key=key, value=value, partition=partition, force=True)
+                metadata = await pending
+                return int(metadata.partition)
+            except Exception:
+                attempt += 1
+                delay = min(indexer.max_backoff_s, indexer.backoff_s * 2 ** (attempt - 1))
+                log.exception("send to %s failed, retrying in %.1fs", target.get_topic_name(), delay)
+                await asyncio.sleep(delay)
+
+    async def erase(marker: EraseMarker) -> None:
+        """The documents consumer reached an erase marker: everything of the key before it is applied,
+        so the tombstones can go (streams.erasure); compaction then drops the earlier records."""
+        key = f"{marker.tenant}/{marker.doc_id}".encode()
+        targets = [(TOPIC_DOCUMENTS, documents)] + ([(TOPIC_DLQ, dlq)] if marker.dead_letters else [])
+        for logical, target in targets:
+            partition = await send_durably(target, key, None)
+            indexer.rolls.tombstoned(logical, partition)
+
+    background: set[asyncio.Future[None]] = set()
+
     def make_agent(logical: str) -> Callable[[Any], Any]:
         async def agent(stream: Any) -> None:
             manual = stream.noack()
             async for event in manual.events():
-                message = event.message
-                key = message.key.decode("utf-8", "replace") if message.key is not None else ""
-                record = Record(logical, message.partition, message.offset, key, bytes(message.value or b""))
+                record = _record(logical, event.message)
+                marker = parse_marker(record.key, record.value) if logical == TOPIC_DOCUMENTS else None
+                if marker is not None:
+                    await erase(marker)
+                    await manual.ack(event)
+                    continue
                 async with indexer.locks.hold(record.key):
-                    reason = await indexer.apply(record)
+                    reason, _, decoded = await indexer.apply_tracked(record)
                 if reason is not None:
                     await dead_letter(record, reason)
+                if logical == TOPIC_DELETIONS and isinstance(decoded, Event):
+                    # The content leaves the log once the documents consumer passes this marker.
+                    await send_durably(documents, record.key.encode(), marker_value(decoded.version))
+                    if isinstance(decoded.payload, DeletePayload) and decoded.payload.erase:
+                        background.add(asyncio.ensure_future(indexer.maintenance(now=True)))
+                        background_done = {t for t in background if t.done()}
+                        background.difference_update(background_done)
                 await manual.ack(event)
 
         agent.__name__ = agent.__qualname__ = f"apply_{logical}"
         return agent
 
+    def make_deny_agent(logical: str) -> Callable[[Any], Any]:
+        """A second subscriber of the ACL or deletion topic that only writes the deny entry.
+
+        Faust hands every message to each agent of its topic and commits it once all acked, so
+        this agent runs ahead of the one applying the events: a revocation is effective as soon as
+        it is fetched, whatever the appliers (and a document backlog) are doing.
+        """
+
+        async def agent(stream: Any) -> None:
+            manual = stream.noack()
+            async for event in manual.events():
+                if indexer.tracker is not None:
+                    await asyncio.to_thread(indexer.tracker.consumed, _record(logical, event.message))
+                await manual.ack(event)
+
+        agent.__name__ = agent.__qualname__ = f"deny_{logical}"
+        return agent
+
     for logical in EVENT_TOPICS:
-        app.agent(topic(logical), name=f"ragsync.apply_{logical}", concurrency=1)(make_agent(logical))
+        actors = 1 if logical == TOPIC_DOCUMENTS else REVOCATION_CONCURRENCY
+        app.agent(topics[logical], name=f"ragsync.apply_{logical}", concurrency=actors)(make_agent(logical))
+    for logical in (TOPIC_ACL, TOPIC_DELETIONS):
+        app.agent(topics[logical], name=f"ragsync.deny_{logical}", concurrency=1)(make_deny_agent(logical))
 
     async def report() -> None:
         log.info("indexer: %s", indexer.summary())
 
+    async def roll() -> None:
+        """Roll markers for partitions that got tombstones a segment.ms ago (streams.erasure)."""
+        for logical, partition in indexer.rolls.due():
+            target = documents if logical == TOPIC_DOCUMENTS else dlq
+            await send_durably(target, ROLL_KEY.encode(), None, partition)
+
+    async def maintain() -> None:
+        await indexer.maintenance()
+
     app.timer(30.0)(report)
+    app.timer(ROLL_CHECK_S)(roll)
+    app.timer(MAINTENANCE_INTERVAL_S)(maintain)
     return app
+
+
+MAINTENANCE_INTERVAL_S = 10.0
+
+REVOCATION_CONCURRENCY = 4
+"""Actors applying ACL changes and deletions at once (each in a thread of its own: store round trips)."""
+"""How often the worker looks for deletions to purge physically (the hook decides whether it is time)."""
+
+
+def _record(logical: str, message: Any) -> Record:
+    key = message.key.decode("utf-8", "replace") if message.key is not None else ""
+    stamp = int(message.timestamp * 1000) if message.timestamp else None
+    return Record(logical, message.partition, message.offset, key, bytes(message.value or b""), stamp)
 
 
 def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None = None) -> None:
@@ -265,7 +394,29 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
     for noisy in ("elastic_transport", "elastic_transport.transport", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        indexer = Indexer(components.sink(), revocation_bound_s=settings.revocation_bound_s)
+        from ragsync.propagation_metrics import PropagationMetrics
+        from ragsync.purge import scheduled_purges
+        from ragsync.server import bind, check_metrics_exposure, metrics_app, new_registry, serve_in_thread
+
+        registry = new_registry()
+        metrics = PropagationMetrics(registry, settings.revocation_bound_s)
+        if settings.worker_metrics_port is not None:
+            check_metrics_exposure(settings)
+            try:
+                listener = bind(settings.metrics_host, settings.worker_metrics_port)
+            except SettingsError as exc:  # a second worker on this host: the first one serves the port
+                log.warning("worker metrics not served: %s", "; ".join(exc.problems))
+            else:
+                serve_in_thread(metrics_app(registry, settings.metrics_token), listener)
+                log.info("worker metrics on %s/metrics", listener.url)
+        tracker = components.tracker(observe=metrics.observe)
+        tracker.sweep(components.docs)
+        indexer = Indexer(
+            components.sink(),
+            revocation_bound_s=settings.revocation_bound_s,
+            tracker=tracker,
+            maintain=scheduled_purges(components),
+        )
         app = build_app(settings, indexer, app_id=app_id, partitions=max(len(p) for p in partitions.values()))
         started = time.monotonic()
         log.info(

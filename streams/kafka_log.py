@@ -27,6 +27,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from schemas.events import Event
+from streams.erasure import ROLL_KEY, RollSchedule, marker_value
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, Record, topic_for
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,46 @@ def retrying(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             delay = min(delay * 2, 2.0)
 
 
+COMPACTION_SEGMENT_MS = 10_000
+"""A documents or dlq segment rolls at most this long after its first record (when a record arrives)."""
+COMPACTION_MIN_LAG_MS = 5_000
+"""A record stays uncompacted at least this long: covers a re-created document published in the
+instant between the consumer passing an erase marker and the tombstone it then appends."""
+COMPACTION_MAX_LAG_MS = 15_000
+"""The cleaner compacts a rolled segment by this age whatever the dirty ratio."""
+FILE_DELETE_DELAY_MS = 1_000
+"""Compacted-away segment files are removed from disk this long after the cleaner swapped them."""
+BROKER_CLEANER_BACKOFF_MS = 15_000
+"""The broker's log.cleaner.backoff.ms default: how often an idle cleaner looks for work."""
+
+ROLL_CHECK_S = 2.0
+"""How often a worker sends the roll markers that are due (streams.erasure.RollSchedule)."""
+
+ERASE_BOUND_S = (COMPACTION_SEGMENT_MS + BROKER_CLEANER_BACKOFF_MS + FILE_DELETE_DELAY_MS) / 1000 + ROLL_CHECK_S + 0.5
+"""Seconds from a tombstone until no broker file holds the earlier records of its key: the roll
+marker a segment.ms later, one cleaner pass, the delayed file deletion (tests/test_kafka_erasure.py
+measures it on the real broker). The tombstone itself follows the consumer's passing the erase
+marker (streams.erasure), i.e. the documents backlog ahead of it."""
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(COMPACTION_SEGMENT_MS),
+    "min.compaction.lag.ms": str(COMPACTION_MIN_LAG_MS),
+    "max.compaction.lag.ms": str(COMPACTION_MAX_LAG_MS),
+    "min.cleanable.dirty.ratio": "0.01",
+    "file.delete.delay.ms": str(FILE_DELETE_DELAY_MS),
+}
+"""The documents topic is compacted by key (tenant/doc_id): a tombstone after an applied deletion,
+and every older upsert of a document once a newer one exists, leave the broker's files within
+ERASE_BOUND_S. Dead letters carry documents too: the dlq topic is compacted the same way and still
+expires after the broker's retention (`compact,delete`)."""
+
+TOPIC_CONFIGS = {
+    TOPIC_DOCUMENTS: COMPACTED,
+    TOPIC_DLQ: {**COMPACTED, "cleanup.policy": "compact,delete"},
+}
+
+
 def topic_names(prefix: str) -> dict[str, str]:
     """Logical topic name -> Kafka topic name, e.g. documents -> ragsync.documents."""
     return {logical: f"{prefix}{logical}" for logical in LOGICAL_TOPICS}
@@ -75,18 +116,21 @@ def ensure_topics(
     """Create the four topics if missing and wait until every partition has a leader.
 
     Idempotent: a topic that already exists (created by another process, even concurrently) is
-    accepted as it is, with its own partition count. Returns Kafka topic name -> partition ids.
+    accepted as it is, with its own partition count, except that the documents and dlq topics are
+    given their compaction settings (TOPIC_CONFIGS) if they lack them, e.g. topics created by an
+    older version. Returns Kafka topic name -> partition ids.
     """
-    names = list(topic_names(prefix).values())
+    names_by_logical = topic_names(prefix)
+    names = list(names_by_logical.values())
     existing = set(retrying(admin.list_topics))
     missing = [name for name in names if name not in existing]
+    configs = {
+        name: {"max.message.bytes": str(_TOPIC_MAX_MESSAGE_BYTES), **TOPIC_CONFIGS.get(logical, {})}
+        for logical, name in names_by_logical.items()
+    }
     if missing:
         spec = {
-            name: {
-                "num_partitions": partitions,
-                "replication_factor": replication,
-                "configs": {"max.message.bytes": str(_TOPIC_MAX_MESSAGE_BYTES)},
-            }
+            name: {"num_partitions": partitions, "replication_factor": replication, "configs": configs[name]}
             for name in missing
         }
         response = admin.create_topics(spec, raise_errors=False)
@@ -95,10 +139,47 @@ def ensure_topics(
             if code not in (0, _TOPIC_ALREADY_EXISTS):
                 raise RuntimeError(f"cannot create topic {topic.get('name')}: {code} {topic.get('error_message')}")
     admin.wait_for_topics(names, timeout_ms=int(timeout_s * 1000))
+    older = [names_by_logical[t] for t in TOPIC_CONFIGS if names_by_logical[t] in existing]
+    if older:
+        _ensure_compaction(admin, older, configs)
     out: dict[str, list[int]] = {}
     for described in retrying(admin.describe_topics, names):
         out[described["name"]] = sorted(p["partition_index"] for p in described["partitions"])
     return out
+
+
+def _ensure_compaction(admin: Any, names: list[str], configs: dict[str, dict[str, str]]) -> None:
+    """Set the compaction settings on existing topics that lack them (one incremental alter)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    resources = [ConfigResource(ConfigResourceType.TOPIC, n, configs=None) for n in names]
+    described = retrying(admin.describe_configs, resources, config_filter="all")
+    current: dict[str, dict[str, str]] = {
+        name: {key: str(entry.get("value")) for key, entry in entries.items()}
+        for name, entries in dict(described.get("topic", {})).items()
+    }
+    changes = [
+        ConfigResource(
+            ConfigResourceType.TOPIC,
+            name,
+            configs={k: v for k, v in configs[name].items() if current.get(name, {}).get(k) != v},
+        )
+        for name in names
+    ]
+    changes = [c for c in changes if c.configs]
+    if changes:
+        log.warning("setting compaction on existing topics %s", ", ".join(c.name for c in changes))
+        retrying(admin.alter_configs, changes)
+
+
+def _version_of(value: bytes) -> int | None:
+    import json
+
+    try:
+        version = json.loads(value).get("version")
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, int) else None
 
 
 class KafkaEventLog:
@@ -137,6 +218,7 @@ class KafkaEventLog:
         except BaseException:
             self._admin.close()
             raise
+        self.rolls = RollSchedule(COMPACTION_SEGMENT_MS)
         self._consumers: dict[tuple[str, str], Any] = {}
         self._committed: dict[tuple[str, TopicPartition], int] = {}
         self._pending: list[Any] = []
@@ -179,6 +261,93 @@ class KafkaEventLog:
         self._producer.flush()  # every send above is now acknowledged or failed
         for future in pending:
             future.get(timeout=0)
+
+    # ---- erasure (see streams.erasure) ---------------------------------------------------------
+
+    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
+        """Append an erase marker to the documents topic; its consumer appends the tombstones.
+
+        Returns 0: nothing is erased yet when this returns (records cannot be rewritten in Kafka).
+        """
+        self.publish_raw(TOPIC_DOCUMENTS, f"{tenant}/{doc_id}", marker_value(up_to_version, dead_letters))
+        self.flush()
+        return 0
+
+    def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
+        """Nothing to do: the broker compacts the documents topic by key on its own (TOPIC_CONFIGS)."""
+        return 0
+
+    def tombstone(self, key: str, *, dead_letters: bool = True) -> None:
+        """Null-value records of the key on the compacted topics; durable when this returns."""
+        topics = [TOPIC_DOCUMENTS, TOPIC_DLQ] if dead_letters else [TOPIC_DOCUMENTS]
+        futures = [(t, self._producer.send(self.kafka_topic(t), key=key.encode(), value=None)) for t in topics]
+        self._producer.flush()
+        for topic, future in futures:
+            self.rolls.tombstoned(topic, future.get(timeout=30).partition)
+
+    def roll_due(self) -> int:
+        """Send the roll markers that are due, so the tombstones' segments can be compacted."""
+        due = self.rolls.due()
+        futures = [
+            self._producer.send(self.kafka_topic(topic), key=ROLL_KEY.encode(), value=None, partition=partition)
+            for topic, partition in due
+        ]
+        if futures:
+            self._producer.flush()
+            for future in futures:
+                future.get(timeout=30)
+        return len(due)
+
+    def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, Any]:
+        """Records of the key still carrying a value in the documents and dlq topics, read now from the
+        broker (the key's partition, start to end): what a deletion certificate reports.
+
+        Records after the document's tombstone (a later re-creation) are not counted, nor are erase
+        markers. Before compaction ran (see ERASE_BOUND_S) the earlier records are still there.
+        """
+        from kafka.partitioner.default import murmur2
+
+        from streams.erasure import parse_marker
+
+        key = f"{tenant}/{doc_id}"
+        out: dict[str, Any] = {"compaction_bound_s": ERASE_BOUND_S}
+        for logical in (TOPIC_DOCUMENTS, TOPIC_DLQ):
+            kafka_topic = self.kafka_topic(logical)
+            partitions = self._partitions[kafka_topic]
+            tp = TopicPartition(kafka_topic, partitions[(murmur2(key.encode()) & 0x7FFFFFFF) % len(partitions)])
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                client_id=f"{self.client_id}-audit",
+                enable_auto_commit=False,
+                max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
+                fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+            )
+            try:
+                consumer.assign([tp])
+                consumer.seek_to_beginning(tp)
+                end = consumer.end_offsets([tp])[tp]
+                valued: list[int | None] = []  # per record of the key with a value: its version when known
+                last_tombstone = -1
+                while consumer.position(tp) < end:
+                    for messages in consumer.poll(timeout_ms=1000).values():
+                        for m in messages:
+                            if m.offset >= end or m.key is None or m.key.decode("utf-8", "replace") != key:
+                                continue
+                            if m.value is None:
+                                last_tombstone = len(valued)
+                            elif parse_marker(key, m.value) is None:
+                                valued.append(_version_of(m.value) if logical == TOPIC_DOCUMENTS else None)
+                # Before the last tombstone every valued record is the deleted document's, still on disk
+                # until compaction; after it, only records up to the deleted version are (a re-creation is not).
+                with_value = max(last_tombstone, 0) + sum(
+                    1
+                    for v in valued[max(last_tombstone, 0) :]
+                    if up_to_version is None or v is None or v <= up_to_version
+                )
+                out[logical] = with_value
+            finally:
+                consumer.close(autocommit=False)
+        return out
 
     # ---- consuming ---------------------------------------------------------------------------
 
@@ -227,7 +396,8 @@ class KafkaEventLog:
                 logical = self._logical[tp.topic]
                 for m in messages:
                     key = m.key.decode("utf-8", "replace") if m.key is not None else ""
-                    records.append(Record(logical, tp.partition, m.offset, key, bytes(m.value or b"")))
+                    stamp = m.timestamp if isinstance(m.timestamp, int) and m.timestamp >= 0 else None
+                    records.append(Record(logical, tp.partition, m.offset, key, bytes(m.value or b""), stamp))
             return records
 
     def commit(self, group: str, records: list[Record]) -> None:

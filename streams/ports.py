@@ -38,6 +38,8 @@ class Record:
     offset: int
     key: str
     value: bytes
+    timestamp_ms: int | None = None
+    """When the record was appended to the log (its `published_at`), when the log knows."""
 
 
 class EventLog(Protocol):
@@ -64,6 +66,14 @@ class EventLog(Protocol):
 
     def lag(self, topic: str, group: str) -> int:
         """Records not yet committed by the group."""
+
+    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
+        """After a deletion was applied: remove the content of the document's upserts up to the version
+        (and its dead letters) from the log. SQLite rewrites the records at once; Kafka appends an
+        erase marker that the documents consumer turns into tombstones (streams.erasure)."""
+
+    def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
+        """After an upsert was applied: remove the content of the document's older upserts."""
 
     def close(self) -> None: ...
 

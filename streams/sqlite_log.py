@@ -3,18 +3,28 @@
 SQLite gives what the port needs on one machine: a publish is durable when its transaction
 commits, and a consumer group's committed offset survives a crash, so delivery is at-least-once.
 Positions between poll and commit are kept in memory only, exactly like a Kafka consumer's.
+
+Content does not outlive its document: once a deletion is applied, `erase_document` empties the
+value of every upsert of that document up to the deleted version, and of its dead letters (the
+record keeps its topic, offset, key, version and publish time, and is skipped by consumers like a
+Kafka tombstone); once a newer upsert is applied, the older upserts' content goes the same way,
+as Kafka's compaction does to the cluster's documents topic. The connection runs with
+`secure_delete` on, so the old bytes are overwritten in the page rather than left in free space,
+and `purge` checkpoints and truncates the write-ahead log, the last file that could hold them.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from schemas.events import Event
-from streams.ports import AppliedEntry, Record, topic_for
+from streams.ports import TOPIC_DLQ, TOPIC_DOCUMENTS, AppliedEntry, Record, topic_for
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -59,14 +69,23 @@ class SqliteEventLog:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA secure_delete=ON")
         self._conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(records)")}
+        for column in ("version", "published_ms"):  # logs written before propagation tracking and erasure
+            if column not in columns:
+                self._conn.execute(f"ALTER TABLE records ADD COLUMN {column} INTEGER")
+        self._conn.execute("CREATE INDEX IF NOT EXISTS records_by_key ON records(topic, key)")
         self._lock = threading.Lock()
         self._positions: dict[tuple[str, str], int] = {}
 
     def publish(self, event: Event) -> None:
-        self.publish_raw(topic_for(event), event.key, event.model_dump_json().encode())
+        self._insert(topic_for(event), event.key, event.model_dump_json().encode(), event.version)
 
     def publish_raw(self, topic: str, key: str, value: bytes) -> None:
+        self._insert(topic, key, value, None)
+
+    def _insert(self, topic: str, key: str, value: bytes, version: int | None) -> None:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -74,8 +93,8 @@ class SqliteEventLog:
                     "SELECT COALESCE(MAX(offset) + 1, 0) FROM records WHERE topic = ?", (topic,)
                 ).fetchone()
                 self._conn.execute(
-                    "INSERT INTO records(topic, offset, key, value) VALUES (?, ?, ?, ?)",
-                    (topic, nxt, key, value),
+                    "INSERT INTO records(topic, offset, key, value, version, published_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                    (topic, nxt, key, value, version, _now_ms()),
                 )
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -84,6 +103,7 @@ class SqliteEventLog:
 
     def publish_many(self, events: Sequence[Event]) -> None:
         """One transaction for a batch: a connector's full scan costs one fsync, not thousands."""
+        now = _now_ms()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -95,8 +115,9 @@ class SqliteEventLog:
                             "SELECT COALESCE(MAX(offset) + 1, 0) FROM records WHERE topic = ?", (topic,)
                         ).fetchone()
                     self._conn.execute(
-                        "INSERT INTO records(topic, offset, key, value) VALUES (?, ?, ?, ?)",
-                        (topic, next_by_topic[topic], event.key, event.model_dump_json().encode()),
+                        "INSERT INTO records(topic, offset, key, value, version, published_ms)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (topic, next_by_topic[topic], event.key, event.model_dump_json().encode(), event.version, now),
                     )
                     next_by_topic[topic] += 1
                 self._conn.execute("COMMIT")
@@ -119,12 +140,13 @@ class SqliteEventLog:
             if position is None:
                 position = self._committed(topic, group)
             rows = self._conn.execute(
-                "SELECT offset, key, value FROM records WHERE topic = ? AND offset >= ? ORDER BY offset LIMIT ?",
+                "SELECT offset, key, value, published_ms FROM records WHERE topic = ? AND offset >= ?"
+                " ORDER BY offset LIMIT ?",
                 (topic, position, max_records),
             ).fetchall()
             if rows:
                 self._positions[(topic, group)] = rows[-1][0] + 1
-            return [Record(topic, 0, offset, key, bytes(value)) for offset, key, value in rows]
+            return [Record(topic, 0, offset, key, bytes(value), published) for offset, key, value, published in rows]
 
     def commit(self, group: str, records: list[Record]) -> None:
         if not records:
@@ -219,5 +241,74 @@ class SqliteEventLog:
             ).fetchone()
             return max(0, int(end) - self._committed(topic, group))
 
+    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
+        """Empty the values of the document's upserts with version <= up_to_version (all when None)
+        and, with `dead_letters`, of its dead letters; returns how many records were erased.
+
+        Records from before the version column are matched by parsing their value once.
+        """
+        key = f"{tenant}/{doc_id}"
+        erased = 0
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._conn.execute(
+                    "SELECT topic, offset, version, value FROM records WHERE topic IN (?, ?) AND key = ?"
+                    " AND length(value) > 0",
+                    (TOPIC_DOCUMENTS, TOPIC_DLQ, key),
+                ).fetchall()
+                for topic, offset, version, value in rows:
+                    if topic == TOPIC_DLQ:
+                        if not dead_letters:
+                            continue
+                    elif up_to_version is not None:
+                        known = version if version is not None else _version_of(bytes(value))
+                        if known is not None and known > up_to_version:
+                            continue  # a later version: the document was re-created, its content lives
+                    self._conn.execute("UPDATE records SET value = X'' WHERE topic = ? AND offset = ?", (topic, offset))
+                    erased += 1
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return erased
+
+    def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
+        """A newer upsert was applied: older upserts' content goes, as Kafka's compaction does."""
+        return self.erase_document(tenant, doc_id, below_version - 1, dead_letters=False) if below_version > 1 else 0
+
+    def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, int]:
+        """Records of the document that still carry a value, per topic (for deletion certificates)."""
+        key = f"{tenant}/{doc_id}"
+        out = {TOPIC_DOCUMENTS: 0, TOPIC_DLQ: 0}
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT topic, version, value FROM records WHERE topic IN (?, ?) AND key = ? AND length(value) > 0",
+                (TOPIC_DOCUMENTS, TOPIC_DLQ, key),
+            ).fetchall()
+        for topic, version, value in rows:
+            known = version if version is not None else _version_of(bytes(value))
+            if topic == TOPIC_DLQ or up_to_version is None or known is None or known <= up_to_version:
+                out[topic] += 1
+        return out
+
+    def purge(self) -> dict[str, Any]:
+        """Checkpoint and truncate the write-ahead log: erased values leave the last file that held them."""
+        with self._lock:
+            busy, wal_pages, moved = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return {"checkpoint_complete": busy == 0, "wal_pages": wal_pages, "pages_checkpointed": moved}
+
     def close(self) -> None:
         self._conn.close()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _version_of(value: bytes) -> int | None:
+    try:
+        version = json.loads(value).get("version")
+    except (ValueError, AttributeError):
+        return None
+    return int(version) if isinstance(version, int) else None

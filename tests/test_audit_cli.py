@@ -120,3 +120,54 @@ def test_records_of_a_home_from_before_the_chain_are_chained_once(tmp_path: Path
     again = SqliteDeletionAudit(path)  # opening again migrates nothing twice
     assert len(again.records()) == 3
     again.close()
+
+
+def test_audit_propagation_reports_percentiles_and_events_over_the_bound(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    from indexer.propagation import PropagationRecord, SqlitePropagationLog
+    from ragsync.propagation_metrics import PropagationMetrics
+    from ragsync.server import new_registry
+    from schemas._time import utcnow
+
+    home = tmp_path / "home"
+    log = SqlitePropagationLog(home / "propagation.db")
+    start = utcnow()
+    registry = new_registry()
+    metrics = PropagationMetrics(registry, bound_s=2.0)
+    records = []
+    for i, converge_ms in enumerate((40, 60, 80, 5000)):
+        at = start + timedelta(seconds=i)
+        r = PropagationRecord(
+            event_id=f"p{i}",
+            kind="acl" if i % 2 == 0 else "delete",
+            tenant="acme",
+            doc_id=f"drive:d{i}.md",
+            version=2,
+            occurred_at=at,
+            published_at=at,
+            consumed_at=at + timedelta(milliseconds=5),
+            applied_at={"sqlite-fts5": at + timedelta(milliseconds=20)},
+            cache_invalidated_at=at + timedelta(milliseconds=25),
+            converged_at=at + timedelta(milliseconds=converge_ms),
+        )
+        records.append(r)
+        metrics.observe(r)
+    log.record(records)
+    log.close()
+
+    env = {"RAGSYNC_HOME": str(home), "RAGSYNC_CONFIG": "/dev/null"}
+    result = CliRunner().invoke(main, ["audit", "propagation", "--json"], env=env, catch_exceptions=False)
+    assert result.exit_code == 1, "one event is over the 2 s bound"
+    report = json.loads(result.output)
+    assert report["events"] == 4 and report["bound_s"] == 2.0
+    assert report["by_copy"]["effective"]["p50"] == 0.005
+    assert report["by_copy"]["converged"]["max"] == 5.0 and report["by_copy"]["acl/converged"]["count"] == 2
+    assert [e["event_id"] for e in report["over_bound"]] == ["p3"]
+    later = (start + timedelta(seconds=1)).isoformat()
+    result = CliRunner().invoke(main, ["audit", "propagation", "--since", later, "--json"], env=env)
+    assert json.loads(result.output)["events"] == 3
+
+    text = generate_latest(registry).decode()
+    assert 'ragsync_propagation_seconds_count{copy="converged",kind="acl"} 2.0' in text
+    assert 'ragsync_propagation_over_bound_total{kind="delete"} 1.0' in text

@@ -105,7 +105,7 @@ def test_cluster_sync_opens_only_kafka_and_ask_only_the_read_side(tmp_path: Path
     out = runner.invoke(main, ["ask", "refund window?", "--token", tok, "--json"], env=env, catch_exceptions=False)
     assert out.exit_code == 0, out.output
     opened = built[-1].opened()
-    assert set(opened) <= {"lexical", "embedder", "vector", "cache"} and "lexical" in opened, opened
+    assert set(opened) <= {"lexical", "embedder", "vector", "cache", "deny"} and "lexical" in opened, opened
     assert not {"events", "docs", "audit"} & set(opened)
 
     out = runner.invoke(main, ["audit", "deletions", "--json"], env=env, catch_exceptions=False)

@@ -84,7 +84,7 @@ def test_qdrant_collection_dimension_is_checked_and_local_warning_silenced(tmp_p
     again = QdrantVectorIndex(client, DIM, collection="c")  # reopening keeps the points
     assert again.count("acme") == 1
     hits = again.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 5, 0.0)
-    assert [h.passage.passage_id for h in hits] == ["doc.md@1#x-1"]
+    assert [h.passage_id for h in hits] == ["doc.md@1#x-1"]
     index.close()
 
 

@@ -259,7 +259,8 @@ def test_dense_index_and_embedding_cache(tmp_path: Path, embedder: Any) -> None:
     sink.apply(upsert(2, doc.replace("noon", "one o'clock")))
     assert cached.misses == 3 and cached.hits == 1, "only the changed passage is embedded again"
     hits = vector.search(cached.embed_query("who books rail travel?"), STAFF, 5, 0.2)
-    assert hits and hits[0].passage.text.startswith("Train tickets")
+    (first,) = lexical.passages(STAFF, [hits[0].passage_id])
+    assert first.text.startswith("Train tickets")
     sink.apply(delete(3))
     assert vector.count("acme") == 0
 

@@ -173,10 +173,7 @@ class Evaluator:
         lexical, dense = ranking.lexical, ranking.dense
         fused = [ranking.passages[pid] for pid, _ in ranking.fused]
         lexical_all = self.ctx.lexical.search(q.question, access, s.candidates, NO_BM25_FLOOR)
-        dense_all: list[Hit] = []
-        if self.ctx.vector is not None and self.ctx.embedder is not None:
-            vector = self.ctx.embedder.embed_query(q.question)
-            dense_all = self.ctx.vector.search(vector, access, s.candidates, NO_DENSE_FLOOR)
+        dense_all: list[Hit] = self.retriever.dense_hits(q.question, access, s.candidates, NO_DENSE_FLOOR)
         ranks: dict[str, list[int | None]] = {
             "bm25": span_ranks([h.passage for h in lexical], q.gold),
             "fused": span_ranks(fused, q.gold),

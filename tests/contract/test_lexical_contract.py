@@ -230,3 +230,32 @@ def test_inventory_lists_every_version_with_the_acl_the_filter_matches(lexical_i
     assert lexical_index.inventory("acme", "doc.md") == []
     assert lexical_index.inventory("nobody", "doc.md") == []
     assert [s.passage_id for s in lexical_index.inventory("globex", "doc.md")] == ["doc.md@1#a-1"]
+
+
+def test_passages_by_id_apply_the_permission_filter(lexical_index: Any) -> None:
+    """Hydration of dense hits and cached rankings: the filter is in the store's query."""
+    lexical_index.upsert(
+        [
+            make_passage("Open to staff.", anchor="s-1"),
+            make_passage("Board only.", anchor="b-1", acl=("group:board",)),
+            make_passage("Not yet valid.", anchor="f-1", effective_from=NOW + timedelta(days=3)),
+            make_passage("Globex staff.", anchor="s-1", tenant="globex"),
+            make_passage("Second version.", version=2, anchor="s-1", heading_path=("Part", "Two")),
+        ]
+    )
+    wanted = ["doc.md@1#s-1", "doc.md@1#b-1", "doc.md@1#f-1", "doc.md@2#s-1", "missing@1#x"]
+    got = {p.passage_id: p for p in lexical_index.passages(STAFF, wanted)}
+    assert set(got) == {"doc.md@1#s-1", "doc.md@2#s-1"}
+    assert got["doc.md@1#s-1"].tenant == "acme" and got["doc.md@1#s-1"].text == "Open to staff."
+    assert got["doc.md@2#s-1"].heading_path == ("Part", "Two")
+    assert lexical_index.passages(AccessFilter("acme", (), NOW), wanted) == []
+    assert lexical_index.passages(STAFF, []) == []
+    lexical_index.set_acl("acme", "doc.md", ["group:board"])
+    assert lexical_index.passages(STAFF, wanted) == []
+    # Every stored passage of the document, whatever its ACL or date: what a deletion must reach.
+    assert sorted(p.passage_id for p in lexical_index.doc_passages("acme", "doc.md")) == sorted(
+        ["doc.md@1#s-1", "doc.md@1#b-1", "doc.md@1#f-1", "doc.md@2#s-1"]
+    )
+    lexical_index.delete_doc("acme", "doc.md")
+    assert lexical_index.doc_passages("acme", "doc.md") == []
+    assert lexical_index.doc_passages("nobody", "doc.md") == []

@@ -1,0 +1,264 @@
+"""What a worker does around a revocation or deletion: deny it first, apply it, then confirm it.
+
+1. `consumed` (the moment a worker reads the event, before anything slow): the deny-set entry is
+   written, so the change is effective for every query from then on (indexer.deny), and the
+   instant is kept as the event's `consumed_at`. Workers call it from a path of its own that no
+   document backlog can hold up: a Faust agent of its own on the ACL and deletion topics, the
+   embedded owner's deny-watcher thread.
+2. The worker applies the event through the sink as always (`ApplyResult` carries each store's time).
+3. `confirmed` (once the stores hold it durably, i.e. after the flush and before or with the offset
+   commit): the deny entry is cleared (up to the event's version, so a newer entry stays), and a
+   propagation record with every instant is written and handed to the metrics.
+
+A deny-set outage never stops a worker: the entry is skipped with a warning (the stores, which do
+not depend on it, still converge) and the event is tracked all the same. Upserts are confirmed too,
+in batches: an upsert of a newer version supersedes older entries of its document.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from indexer.deny import DenyEntry, DenyKind, DenySet, DenyUnavailable
+from indexer.ports import DocStateStore
+from indexer.propagation import PropagationLog, PropagationRecord
+from indexer.sink import ApplyResult, Outcome
+from schemas._time import from_epoch_ms, utcnow
+from schemas.events import AclPayload, DeletePayload, Event, EventKind
+from streams.dispatch import InvalidEvent, try_decode
+from streams.erasure import parse_marker
+from streams.ports import TOPIC_DOCUMENTS, EventLog, Record
+
+log = logging.getLogger(__name__)
+
+TRACKED = (EventKind.ACL, EventKind.DELETE)
+DONE_MEMORY = 100_000
+
+
+def deny_entry(event: Event, at: datetime) -> DenyEntry | None:
+    """The deny-set entry an ACL or delete event calls for; None for an upsert. Pure."""
+    if event.kind is EventKind.DELETE:
+        return DenyEntry(event.tenant, event.doc_id, DenyKind.DELETED, event.version, at, (), event.event_id)
+    if isinstance(event.payload, AclPayload):
+        return DenyEntry(event.tenant, event.doc_id, DenyKind.ACL, event.version, at, event.payload.acl, event.event_id)
+    return None
+
+
+@dataclass
+class Pending:
+    """An ACL or delete event between consumption and confirmation."""
+
+    event: Event
+    consumed_at: datetime
+    published_at: datetime | None
+    applied_at: dict[str, datetime] = field(default_factory=dict)
+    cache_invalidated_at: datetime | None = None
+    outcome: str = "applied"
+
+
+class Tracker:
+    """Shared by the deny path and the apply path of one worker process (thread-safe)."""
+
+    def __init__(
+        self,
+        deny: DenySet | None,
+        propagation: PropagationLog | None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        observe: Callable[[PropagationRecord], None] | None = None,
+    ) -> None:
+        self.deny = deny
+        self.propagation = propagation
+        self.clock = clock
+        self.observe = observe
+        self._pending: dict[str, Pending] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()
+        """Recently confirmed event IDs: a deny path that reads an event after its confirmation adds nothing."""
+        self._lock = threading.Lock()
+        self._warned = 0.0
+        self.deny_failures = 0
+
+    # ---- 1. consumed -------------------------------------------------------------------------
+
+    def consumed(self, record: Record, event: Event | InvalidEvent | None = None) -> Pending | None:
+        """Deny the event's document at once (ACL and delete events); idempotent per event_id."""
+        event = try_decode(record) if event is None else event
+        if isinstance(event, InvalidEvent) or event.kind not in TRACKED:
+            return None
+        with self._lock:
+            known = self._pending.get(event.event_id)
+            done = event.event_id in self._done
+        if known is not None:
+            return known
+        if done:
+            return None
+        at = self.clock()
+        entry = deny_entry(event, at)
+        if entry is not None and self.deny is not None:
+            try:
+                self.deny.add(entry)
+            except (DenyUnavailable, OSError) as exc:
+                what = f"{event.kind.value} of {event.tenant}/{event.doc_id}"
+                self._warn(f"deny set unavailable, the {what} waits for the stores: {exc}")
+        published = from_epoch_ms(record.timestamp_ms) if record.timestamp_ms is not None else None
+        pending = Pending(event, at, published)
+        with self._lock:
+            self._pending.setdefault(event.event_id, pending)
+            return self._pending[event.event_id]
+
+    # ---- 2. applied --------------------------------------------------------------------------
+
+    def applied(self, record: Record, event: Event | InvalidEvent, result: ApplyResult | None) -> None:
+        """Note each store's time for a tracked event (consumed now, if the deny path has not seen it)."""
+        if result is None or isinstance(event, InvalidEvent) or event.kind not in TRACKED:
+            return
+        pending = self.consumed(record, event)
+        if pending is None:
+            return
+        pending.applied_at.update(result.applied_at)
+        pending.cache_invalidated_at = result.cache_invalidated_at
+        pending.outcome = "stale" if result.outcome is Outcome.STALE else "applied"
+
+    # ---- 3. confirmed ------------------------------------------------------------------------
+
+    def confirmed(self, events: Sequence[Event | InvalidEvent]) -> list[PropagationRecord]:
+        """The events' writes are durable: clear their deny entries, write their propagation records."""
+        now = self.clock()
+        records: list[PropagationRecord] = []
+        upserts: dict[tuple[str, str], int] = {}
+        for event in events:
+            if isinstance(event, InvalidEvent):
+                continue
+            if event.kind not in TRACKED:
+                key = (event.tenant, event.doc_id)
+                upserts[key] = max(upserts.get(key, 0), event.version)
+                continue
+            with self._lock:
+                pending = self._pending.pop(event.event_id, None)
+                self._done[event.event_id] = None
+                while len(self._done) > DONE_MEMORY:
+                    self._done.popitem(last=False)
+            if pending is None:
+                continue
+            self._clear(event.tenant, event.doc_id, event.version)
+            records.append(
+                PropagationRecord(
+                    event_id=event.event_id,
+                    kind=event.kind.value,
+                    tenant=event.tenant,
+                    doc_id=event.doc_id,
+                    version=event.version,
+                    occurred_at=event.occurred_at,
+                    published_at=pending.published_at,
+                    consumed_at=pending.consumed_at,
+                    applied_at=dict(pending.applied_at),
+                    cache_invalidated_at=pending.cache_invalidated_at,
+                    converged_at=now,
+                    outcome=pending.outcome,
+                )
+            )
+        self._clear_superseded(upserts)
+        if records and self.propagation is not None:
+            try:
+                self.propagation.record(records)
+            except Exception:  # evidence of timing must never block the write path
+                log.exception("could not write %d propagation records", len(records))
+        if self.observe is not None:
+            for r in records:
+                self.observe(r)
+        return records
+
+    def _clear(self, tenant: str, doc_id: str, version: int) -> None:
+        if self.deny is None:
+            return
+        try:
+            self.deny.clear(tenant, doc_id, version)
+        except (DenyUnavailable, OSError) as exc:
+            # A lingering entry only narrows what queries see; the next confirmation or sweep clears it.
+            self._warn(f"deny set unavailable, entry of {tenant}/{doc_id} left in place: {exc}")
+
+    def _clear_superseded(self, upserts: dict[tuple[str, str], int]) -> None:
+        """Entries older than an applied upsert of their document (one lookup per tenant)."""
+        if self.deny is None or not upserts:
+            return
+        by_tenant: dict[str, dict[str, int]] = {}
+        for (tenant, doc_id), version in upserts.items():
+            by_tenant.setdefault(tenant, {})[doc_id] = version
+        try:
+            for tenant, docs in by_tenant.items():
+                for entry in self.deny.lookup(tenant, docs):
+                    if entry.version <= docs[entry.doc_id]:
+                        self.deny.clear(tenant, entry.doc_id, docs[entry.doc_id])
+        except (DenyUnavailable, OSError) as exc:
+            self._warn(f"deny set unavailable while confirming upserts: {exc}")
+
+    def _warn(self, message: str) -> None:
+        self.deny_failures += 1
+        now = time.monotonic()
+        if now - self._warned > 30.0:
+            self._warned = now
+            log.warning("%s", message)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def sweep(self, docs: DocStateStore) -> int:
+        """Clear entries whose event every store already holds (a worker died between applying and
+        clearing): their document's applied version is at least theirs. Run at worker start."""
+        if self.deny is None:
+            return 0
+        try:
+            entries = self.deny.entries()
+        except (DenyUnavailable, OSError) as exc:
+            self._warn(f"deny set unavailable, not swept: {exc}")
+            return 0
+        cleared = 0
+        for entry in entries:
+            state = docs.get(entry.tenant, entry.doc_id)
+            if state is not None and state.applied_version >= entry.version:
+                self._clear(entry.tenant, entry.doc_id, entry.version)
+                cleared += 1
+        if cleared:
+            log.info("deny set: %d entries of applied events cleared", cleared)
+        return cleared
+
+
+def after_durable(
+    events: EventLog,
+    tracker: Tracker | None,
+    applied: Sequence[tuple[Record, Event | InvalidEvent, ApplyResult | None]],
+) -> list[Event]:
+    """What follows the durable apply of a batch of one topic (stores flushed; before or with the
+    commit): confirm each event to the tracker, then take the content of deleted or superseded
+    documents out of the log. Returns the erasures among the events (the caller purges at once).
+
+    Erasing is idempotent and runs for stale deletions too: a redelivered deletion (the crash came
+    after the apply, before the erase) still erases. An erase marker on the documents topic (a Kafka
+    log read by this worker) becomes its tombstones here.
+    """
+    if tracker is not None:
+        for record, event, result in applied:
+            tracker.applied(record, event, result)
+        tracker.confirmed([event for _, event, _ in applied])
+    erasures: list[Event] = []
+    tombstone = getattr(events, "tombstone", None)
+    for record, event, result in applied:
+        if isinstance(event, InvalidEvent):
+            marker = parse_marker(record.key, record.value) if record.topic == TOPIC_DOCUMENTS else None
+            if marker is not None and callable(tombstone):
+                tombstone(record.key, dead_letters=marker.dead_letters)
+            continue
+        if isinstance(event.payload, DeletePayload):
+            events.erase_document(event.tenant, event.doc_id, event.version)
+            if event.payload.erase:
+                erasures.append(event)
+        elif event.kind is EventKind.UPSERT and result is not None and result.outcome is Outcome.APPLIED:
+            events.compact_document(event.tenant, event.doc_id, event.version)
+    return erasures
