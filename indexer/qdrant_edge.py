@@ -7,12 +7,24 @@ Writes are visible to queries at once and durable at `flush`, which the worker c
 applied batch: `EdgeShard.flush` costs tens of milliseconds whatever was written, so flushing per
 operation made a sync of 300 small files spend over 90 % of its time there. Points are searched by
 full scan until `optimize` builds the HNSW index; the shard only indexes a segment once it passes
-its indexing threshold, and `optimize` holds the GIL while it builds (the whole process waits), so
-the owner calls it only when idle and once `changed_since_optimize` says enough points moved.
+its indexing threshold, and the owner calls it once `changed_since_optimize` says enough points moved.
+
+`EdgeShard.optimize` holds the GIL for as long as it builds (9 s for 10,000 points here), and the
+owner's worker, queries and webhooks all run in one process, so an in-process optimize froze
+everything, revocations included. Optimizing and vacuuming therefore run on a copy in a child
+process (`indexer.edge_rebuild`): the copy is taken under the lock after a flush, queries and writes
+go on against the live shard meanwhile and every write is journaled, then the optimized copy is
+swapped in under the lock and the journal replayed onto it. The live shard never stops answering for
+longer than the copy and the swap.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -26,6 +38,8 @@ from indexer.payload import iso, passage_to_point, point_id, point_to_hit
 from indexer.ports import StoredPassage, VectorHit, Vectors
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
+
+log = logging.getLogger(__name__)
 
 _INDEXED_FIELDS = {
     "tenant": q.PayloadSchemaType.Keyword,
@@ -74,12 +88,25 @@ VACUUM = q.EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=
 for 20 % deleted in segments of 1000+ vectors: a deleted point's vector could stay for good)."""
 
 
+def shard_config(dim: int) -> Any:
+    """The one shard configuration, for the live shard and for the child that rebuilds a copy."""
+    return q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine), optimizers=VACUUM)
+
+
+REBUILD_TIMEOUT_S = 3600.0
+
+
 class EdgeVectorIndex:
     name = "qdrant-edge"
 
     def __init__(self, path: Path, dim: int) -> None:
         self._lock = threading.RLock()
-        config = q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine), optimizers=VACUUM)
+        self._rebuild_lock = threading.Lock()
+        self._path = path
+        self._copy = path.with_name(path.name + ".rebuild")
+        self._old = path.with_name(path.name + ".old")
+        _recover(path, self._copy, self._old)
+        config = shard_config(dim)
         if path.exists() and any(path.iterdir()):
             self._shard = q.EdgeShard.load(str(path), config)  # older shards get the vacuum settings too
         else:
@@ -91,11 +118,15 @@ class EdgeVectorIndex:
         self.dim = dim
         self.changed_since_optimize = 0
         self.last_search_at = 0.0
+        self.last_rebuild: dict[str, float] = {}
         self._dirty = False
+        self._journal: list[Any] | None = None
 
     def _update(self, operation: Any, points: int = 1) -> None:
         with self._lock:
             self._shard.update(operation)
+            if self._journal is not None:
+                self._journal.append(operation)
             self._dirty = True
             self.changed_since_optimize += points
 
@@ -156,17 +187,17 @@ class EdgeVectorIndex:
     def delete_superseded(self, before: datetime) -> None:
         """Delete every point superseded before the instant (retention), every tenant."""
         flt = q.Filter(must=[q.FieldCondition("superseded_on", range=q.RangeDateTime(lt=iso(before)))])
-        with self._lock:
-            self._shard.update(q.UpdateOperation.delete_points_by_filter(flt))
-            self._shard.flush()
+        self._update(q.UpdateOperation.delete_points_by_filter(flt))
+        self.flush()
 
     def purge(self) -> dict[str, object]:
-        """Make deletions physical: vacuum every segment holding a deleted point, then flush, which
-        removes the replaced segments' files. (The shard's write-ahead log holds vectors and IDs,
-        never text: see indexer.ports.VectorHit.)"""
+        """Make deletions physical: vacuum every segment holding a deleted point (on a copy, in a
+        child process, see the module docstring); the files that held the deleted points are
+        removed with the replaced shard. (The shard's write-ahead log holds vectors and IDs, never
+        text: see indexer.ports.VectorHit.) Deletions applied while the child ran are journaled
+        into the new shard and vacuumed by the next purge, which the audit's `covers_seq` says."""
+        optimized = self._rebuild()
         with self._lock:
-            optimized = bool(self._shard.optimize())
-            self._shard.flush()
             info = self._shard.info()
         return {"vacuumed": optimized, "segments": int(info.segments_count), "points": int(info.points_count)}
 
@@ -207,10 +238,71 @@ class EdgeVectorIndex:
 
     def optimize(self) -> bool:
         """Build HNSW (and merge segments) where the shard's thresholds say so; True if it did work."""
-        with self._lock:
-            self.flush()
-            self.changed_since_optimize = 0
-            return bool(self._shard.optimize())
+        self.changed_since_optimize = 0
+        return self._rebuild()
+
+    def _rebuild(self) -> bool:
+        """Optimize a copy in a child process and swap it in; False (live shard untouched) when the
+        child did nothing or failed. One rebuild at a time."""
+        with self._rebuild_lock:
+            started = time.perf_counter()
+            with self._lock:
+                self._shard.flush()
+                self._dirty = False
+                shutil.rmtree(self._copy, ignore_errors=True)
+                shutil.copytree(self._path, self._copy)
+                self._journal = []
+            copied = time.perf_counter()
+            try:
+                child = subprocess.run(
+                    [sys.executable, "-m", "indexer.edge_rebuild", str(self._copy), str(self.dim)],
+                    capture_output=True,
+                    text=True,
+                    timeout=REBUILD_TIMEOUT_S,
+                    check=False,
+                    env=_child_env(),
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                child = None
+                log.warning("vector index rebuild failed to run (%s); the live shard is kept", exc)
+            built = time.perf_counter()
+            with self._lock:
+                journal, self._journal = self._journal or [], None
+                if child is None or child.returncode != 0 or child.stdout.strip() != "optimized":
+                    if child is not None and child.returncode != 0:
+                        log.warning("vector index rebuild failed: %s", (child.stderr.strip().splitlines() or ["?"])[-1])
+                    shutil.rmtree(self._copy, ignore_errors=True)
+                    return False
+                self._swap(journal)
+            self.last_rebuild = {
+                "copy_s": round(copied - started, 3),
+                "child_s": round(built - copied, 3),
+                "swap_s": round(time.perf_counter() - built, 3),
+                "journaled_writes": float(len(journal)),
+            }
+            return True
+
+    def _swap(self, journal: list[Any]) -> None:
+        """Under the lock: the optimized copy becomes the shard, with the writes made meanwhile."""
+        config = shard_config(self.dim)
+        self._shard.flush()
+        self._shard.close()
+        self._path.rename(self._old)
+        self._copy.rename(self._path)
+        try:
+            shard = q.EdgeShard.load(str(self._path), config)
+            for operation in journal:
+                shard.update(operation)
+            shard.flush()
+        except Exception:
+            # Never lose a write the live shard had: put the old shard back, as it was.
+            log.exception("vector index swap failed; the previous shard is kept")
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._old.rename(self._path)
+            self._shard = q.EdgeShard.load(str(self._path), config)
+            return
+        self._shard = shard
+        shutil.rmtree(self._old, ignore_errors=True)
 
     def indexed(self) -> tuple[int, int]:
         """(points, points with an HNSW-indexed vector)."""
@@ -229,3 +321,22 @@ class EdgeVectorIndex:
     def close(self) -> None:
         with self._lock:
             self._shard.close()
+
+
+def _child_env() -> dict[str, str]:
+    """The child imports this very checkout of `indexer`, wherever the owner was started from."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _recover(path: Path, copy: Path, old: Path) -> None:
+    """After a crash mid-rebuild: a half-built copy is dropped; a swap cut between its two renames
+    leaves only `.old`, which is the complete previous shard."""
+    shutil.rmtree(copy, ignore_errors=True)
+    if old.exists():
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.rename(path)

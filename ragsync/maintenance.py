@@ -13,8 +13,9 @@ step. In order:
 3. FTS5 segment merging (the batched write path leaves one segment per batch and turns automatic
    merging off).
 4. HNSW: once enough points changed and no query ran for a moment, qdrant-edge's `optimize`
-   builds the index where its thresholds say a segment is large enough. It holds the GIL while it
-   builds, so the whole process waits; hence only when idle, and logged.
+   builds the index where its thresholds say a segment is large enough. It runs on a copy in a
+   child process (it holds the GIL, so in-process it froze queries and revocations for seconds:
+   bench/edge_optimize.py), so this step costs the owner only the copy and the swap.
 """
 
 from __future__ import annotations
