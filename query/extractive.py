@@ -32,29 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.ports import Embedder
-from indexer.text import STOPWORDS, query_terms
+from indexer.text import query_terms
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
-from query.sentences import embedding_text, sentences
-
-_QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "why", "how", "does", "do", "is", "can", "tell"})
+from query.sentences import QUESTION_WORDS, content_terms, embedding_text, sentences
 
 W_MEANING = 1.0
 W_WORDS = 1.0
 W_RANK = 0.8
 SECOND_CLAIM_MARGIN = 0.5
 """A second claim, from another passage, when it scores within this of the best one."""
-
-
-def stem(word: str) -> str:
-    """A light suffix stripper: enough to match refund/refunds/refunded without a dependency."""
-    for suffix in ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
-
-
-def _terms(text: str) -> set[str]:
-    return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in _QUESTION_WORDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +84,16 @@ class ExtractiveModel:
 
     def candidates(self, question: str, evidence: Sequence[Evidence]) -> list[Candidate]:
         """Every quotable sentence of the evidence, best first (ties: earlier passage, then earlier sentence)."""
-        wanted = _terms(question)
+        wanted = content_terms(question)
         items: list[tuple[int, Evidence, str, float]] = []
         for order, ev in enumerate(evidence):
-            heading_terms = _terms(ev.heading)
+            heading_terms = content_terms(ev.heading)
             # A row means what its header says: the header's words count for it as a heading's do
             # ("payment terms" for "| Contoso Paper | ... | 60 days net |"); the quote stays the row.
             header = _table_header(ev.text)
-            header_terms = _terms(header)
+            header_terms = content_terms(header)
             for sentence in sentences(ev.text):
-                own = _terms(sentence)
+                own = content_terms(sentence)
                 in_row = bool(header) and _is_row(sentence) and sentence != header
                 context = heading_terms | header_terms if in_row else heading_terms
                 coverage = len(wanted & (own | context)) / len(wanted) if wanted else 0.0
@@ -168,7 +154,7 @@ class ExtractiveModel:
         return ToolCall(TOOL_SUBMIT, {"abstain": True, "reason": "no passage answers the question"})
 
     def _rewrite(self, turn: ModelTurn) -> str:
-        words = [w for w in query_terms(turn.question) if w not in _QUESTION_WORDS]
+        words = [w for w in query_terms(turn.question) if w not in QUESTION_WORDS]
         best = turn.evidence[0]
         heading = [w for w in query_terms(best.heading) if w not in words]
         return " ".join(words + heading[:4])

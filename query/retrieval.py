@@ -1,10 +1,16 @@
-"""Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF,
-then (when a cross-encoder is configured) the fused top `rerank_depth` reordered by it.
+"""Permission-filtered hybrid retrieval: BM25 and dense, each with its own floor, fused by RRF
+(k=60), then the fused top `rerank_depth` reordered by a reranker blended with the fused order.
 
-With an embedder loaded there is a third list: the fused top `sentence_depth` candidates ordered
-by their best sentence's similarity to the question (`SentenceMaxSim`), fused with the other two.
-It only reorders what the two permission-filtered rankers returned, so it can never widen what a
-principal sees; it lifts paraphrased questions, whose answer is one sentence of a longer passage.
+The reranker (the Reranker port) is the sentence reranker whenever an embedder is loaded, or a
+cross-encoder when one is configured. It only reorders what the two permission-filtered rankers
+returned, so it can never widen what a principal sees; it lifts paraphrased questions, whose
+answer is one sentence of a longer passage. Its score is blended with the fused rank
+(`rrf.blend`), never a third vote of equal weight beside the two rankers.
+
+The two rankers run at the same time: BM25 in the calling thread, the query embedding and the
+dense search in a shared worker thread (SQLite, ONNX Runtime, qdrant-edge and the HTTP clients
+release the GIL while they work, and every adapter is thread-safe), so a fused search costs about
+as long as the slower ranker, not the sum.
 
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
 may not read. Two more guards make a revocation or deletion effective at once, wherever a copy
@@ -25,7 +31,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -33,7 +41,7 @@ from indexer.cache import cache_key
 from indexer.deny import DenyEntry, DenySet, DenyUnavailable, denies
 from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
 from query.ports import Reranker, RerankInput
-from query.rrf import RRF_K, fuse
+from query.rrf import FUSION_WEIGHT, RRF_K, blend, fuse
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
 
@@ -53,8 +61,12 @@ class RetrievalSettings:
     """Below the weakest gold passage on the Python and flex sets (0.27, 0.25); cuts one Git gold (0.24)."""
     rrf_k: int = RRF_K
     cache_ttl_s: float = 60.0
-    rerank_depth: int = 20
-    sentence_depth: int = 50
+    rerank_depth: int = 50
+    """The fused candidates a reranker reorders (0: none). 50 is every candidate of one ranker; 20 lost
+    paraphrases whose gold both rankers put at 20-40 (eval/README.md)."""
+    fusion_weight: float = FUSION_WEIGHT
+    concurrent: bool = True
+    """BM25 and dense at the same time (False: one after the other, as benchmarks compare)."""
 
 
 @dataclass
@@ -63,9 +75,10 @@ class Ranking:
 
     lexical: list[Hit]
     dense: list[Hit]
-    fused: list[tuple[str, float]]  # every candidate, RRF order, then reranked at the top when a reranker is set
+    fused: list[tuple[str, float]]  # every candidate: RRF order, the top rerank_depth reordered when reranked
     passages: dict[str, Passage]
-    sentence: list[tuple[str, float]] = field(default_factory=list)  # the sentence list, best first
+    rrf: list[tuple[str, float]] = field(default_factory=list)  # the RRF order before reranking
+    rerank_scores: dict[str, float] = field(default_factory=dict)  # the reranker's own score of each reranked one
     reranked: bool = False
 
 
@@ -110,6 +123,22 @@ def _rerank_input(passage: Passage) -> RerankInput:
     return RerankInput(" > ".join(passage.heading_path) or passage.title, passage.text)
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_POOL_THREADS = 8
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One pool for the process: each fused search borrows one thread for its dense half, so at most
+    `_POOL_THREADS` dense searches overlap with their BM25 halves; beyond that they queue, never deadlock
+    (the BM25 half runs in the caller's own thread)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=_POOL_THREADS, thread_name_prefix="ragsync-dense")
+        return _POOL
+
+
 class Retriever:
     def __init__(
         self,
@@ -119,11 +148,9 @@ class Retriever:
         cache: Cache | None,
         settings: RetrievalSettings | None = None,
         reranker: Reranker | None = None,
-        sentence_ranker: Reranker | None = None,
         deny: DenySet | None = None,
     ) -> None:
         self.reranker = reranker
-        self.sentence_ranker = sentence_ranker if embedder is not None else None
         self.deny = deny
         self.deny_unavailable = 0
         """Queries answered without the deny set because it could not be read (from the stores alone)."""
@@ -184,10 +211,22 @@ class Retriever:
             return hits
         return [h for h in hits if not any(denies(e, h.passage, access) for e in entries)]
 
+    def candidates(self, query: str, access: AccessFilter) -> tuple[list[Hit], list[Hit]]:
+        """Both floored candidate lists, the dense one in a pool thread while BM25 runs here."""
+        if not self.settings.concurrent or not self.dense_enabled:
+            return self.lexical_hits(query, access), self.dense_hits(query, access)
+        dense = _pool().submit(self.dense_hits, query, access)
+        try:
+            lexical = self.lexical_hits(query, access)
+        except BaseException:
+            dense.cancel()
+            raise
+        return lexical, dense.result()
+
     def rank(self, query: str, access: AccessFilter) -> Ranking:
-        """Both rankers, the sentence list over their fused top, fusion, and the reranker over the fused top."""
-        lexical = self.lexical_hits(query, access)
-        dense = self.dense_hits(query, access)
+        """Both rankers (at the same time), the deny set over every candidate, RRF over them, and the
+        reranker over the fused top blended with the fused order."""
+        lexical, dense = self.candidates(query, access)
         entries = self.deny_entries(access, {h.passage.doc_id for h in (*lexical, *dense)})
         lexical, dense = self._allowed(lexical, entries, access), self._allowed(dense, entries, access)
         by_id: dict[str, Passage] = {}
@@ -195,19 +234,13 @@ class Retriever:
             by_id.setdefault(h.passage.passage_id, h.passage)
         lists = [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]]
         fused = fuse(lists, k=self.settings.rrf_k)
-        ranking = Ranking(lexical, dense, fused, by_id)
-        if self.sentence_ranker is not None and fused and self.settings.sentence_depth > 0:
-            top = [pid for pid, _ in fused[: self.settings.sentence_depth]]
-            scores = self.sentence_ranker.score(query, [_rerank_input(by_id[pid]) for pid in top])
-            ranking.sentence = sorted(zip(top, scores, strict=True), key=lambda t: -t[1])
-            ranking.fused = fused = fuse([*lists, [pid for pid, _ in ranking.sentence]], k=self.settings.rrf_k)
-        if self.reranker is not None and fused:
-            depth = max(self.settings.rerank_depth, 1)
-            head = fused[:depth]
-            inputs = [_rerank_input(by_id[pid]) for pid, _ in head]
-            scores = self.reranker.score(query, inputs)
-            order = sorted(range(len(head)), key=lambda i: (-scores[i], i))  # ties keep the fused order
-            ranking.fused = [(head[i][0], scores[i]) for i in order] + fused[depth:]
+        ranking = Ranking(lexical, dense, fused, by_id, rrf=fused)
+        depth = self.settings.rerank_depth
+        if self.reranker is not None and len(fused) > 1 and depth > 0:
+            head = [pid for pid, _ in fused[:depth]]
+            scores = self.reranker.score(query, [_rerank_input(by_id[pid]) for pid in head])
+            ranking.rerank_scores = dict(zip(head, scores, strict=True))
+            ranking.fused = blend(head, scores, self.settings.fusion_weight) + fused[depth:]
             ranking.reranked = True
         return ranking
 

@@ -1,13 +1,18 @@
-"""Quotable sentences of a passage, shared by the sentence ranker and the extractive model.
+"""Quotable sentences of a passage and the question's content terms, shared by the sentence
+reranker and the extractive model.
 
 Both embed exactly the same texts ("heading: sentence"), so a sentence embedded while ranking is a
-cache hit when the model reads it, and the model quotes what the ranker scored.
+cache hit when the model reads it, and the model quotes what the reranker scored. Both match the
+question's words the same way (`content_terms`), so "covers the question" means one thing.
 """
 
 from __future__ import annotations
 
 from indexer.chunker import split_sentences
-from indexer.text import word_count
+from indexer.text import STOPWORDS, query_terms, word_count
+
+QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "why", "how", "does", "do", "is", "can", "tell"})
+"""Words that say a question is a question, not what it is about."""
 
 MIN_QUOTE_WORDS = 4
 """As the citation checks require: a shorter quote can never be cited."""
@@ -42,3 +47,16 @@ def sentences(text: str) -> list[str]:
 def embedding_text(heading: str, sentence: str) -> str:
     """The heading says what "it" is in a sentence such as "It is removed on close."."""
     return f"{heading}: {sentence}" if heading else sentence
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper: enough to match refund/refunds/refunded without a dependency."""
+    for suffix in ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def content_terms(text: str) -> set[str]:
+    """Stemmed words that say what a text is about: no stopwords, no question words."""
+    return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in QUESTION_WORDS}

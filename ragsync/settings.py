@@ -99,11 +99,13 @@ class Settings(BaseSettings):
     bm25_title_weight: float = 0.5  # lexical field weights (FTS5 columns, Elasticsearch boosts); body is 1.0
     bm25_heading_weight: float = 1.5
     dense_floor: float = 0.30
-    rrf_k: int = 10  # measured with three lists on the evaluation sets (eval/*/README.md); 60 lost paraphrases
-    # A local cross-encoder export (model.onnx + tokenizer.json); None: no reranking.
+    rrf_k: int = Field(default=60, ge=1)  # RRF over BM25 and dense, as the product brief says
+    # A local cross-encoder export (model.onnx + tokenizer.json) as the reranker; None: the sentence
+    # reranker whenever an embedder is loaded (eval/README.md), else none.
     rerank_model_path: Path | None = None
-    rerank_depth: int = 20
-    sentence_depth: int = 50  # fused candidates the sentence list reorders (needs the embedder); 0: off
+    rerank_depth: int = Field(default=50, ge=0)  # fused candidates the reranker reorders; 0: no reranking
+    rerank_fusion_weight: float = Field(default=0.5, ge=0)  # the fused order's weight beside the reranker's
+    concurrent_rankers: bool = True  # BM25 and dense at the same time
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True

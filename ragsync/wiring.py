@@ -121,16 +121,16 @@ class Components:
 
     @cached_property
     def reranker(self) -> Reranker | None:
-        from query.rerank import load_reranker
+        """A configured cross-encoder, else the sentence reranker on the loaded embedder, else none."""
+        from query.rerank import SentenceReranker, load_reranker
 
-        return load_reranker(self.settings.rerank_model_path)
-
-    @cached_property
-    def sentence_ranker(self) -> Reranker | None:
-        from query.rerank import SentenceMaxSim
-
+        if self.settings.rerank_depth <= 0:
+            return None
+        cross_encoder = load_reranker(self.settings.rerank_model_path)
+        if cross_encoder is not None:
+            return cross_encoder
         embedder = self.embedder
-        return SentenceMaxSim(embedder) if embedder is not None and self.settings.sentence_depth > 0 else None
+        return SentenceReranker(embedder) if embedder is not None else None
 
     def opened(self) -> list[str]:
         """Names of the ports opened so far (tests check that a command opened only what it needs)."""
@@ -163,11 +163,11 @@ class Components:
                 rrf_k=s.rrf_k,
                 cache_ttl_s=s.cache_ttl_s,
                 rerank_depth=s.rerank_depth,
-                sentence_depth=s.sentence_depth,
+                fusion_weight=s.rerank_fusion_weight,
+                concurrent=s.concurrent_rankers,
             ),
             self.reranker,
-            self.sentence_ranker,
-            self.deny,
+            deny=self.deny,
         )
 
     def tracker(self, observe: Callable[[PropagationRecord], None] | None = None) -> Tracker:

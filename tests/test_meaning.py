@@ -1,4 +1,4 @@
-"""Scoring by meaning with the real embedding model: the sentence list of the Retriever and the
+"""Scoring by meaning with the real embedding model: the Retriever's sentence reranker and the
 extractive model's sentence choice, on paraphrased questions that share no content word with the
 sentence that answers them. The model is the one users run (all-MiniLM-L6-v2), never a stub.
 """
@@ -17,9 +17,9 @@ from indexer.sqlite_fts import SqliteLexicalIndex
 from query.citations import check_claims
 from query.extractive import ExtractiveModel
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, RerankInput
-from query.rerank import SentenceMaxSim
+from query.rerank import SentenceReranker, coverage, term_weights
 from query.retrieval import RetrievalSettings, Retriever
-from query.sentences import sentences
+from query.sentences import content_terms, sentences
 from schemas.decisions import Claim
 from schemas.principal import AccessFilter, Principal
 
@@ -39,7 +39,7 @@ def test_sentences_join_prose_lines_too_short_to_quote_but_never_table_lines() -
 
 
 def test_a_passage_scores_as_its_best_sentence(embedder: Any) -> None:
-    ranker = SentenceMaxSim(embedder)
+    ranker = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0)  # meaning alone
     question = "When do old backups get thrown away for good?"
     long_score, short_score = ranker.score(question, [RerankInput("Archive", LONG), RerankInput("Archive", SHORT)])
     assert long_score > short_score
@@ -48,7 +48,23 @@ def test_a_passage_scores_as_its_best_sentence(embedder: Any) -> None:
     assert long_score > whole
 
 
-def test_retriever_fuses_the_sentence_list(tmp_path: Path, embedder: Any) -> None:
+def test_rare_question_words_in_the_same_sentence_tell_close_candidates_apart(embedder: Any) -> None:
+    """Two candidates on the same topic, close in meaning: the one whose sentence holds the word only it
+    has ("zstd") wins, and a word every candidate holds ("snapshots") adds nothing to either."""
+    question = "Are snapshots compressed with zstd?"
+    candidates = [
+        RerankInput("Archive", "Snapshots are compressed before they are written to the cold tier."),
+        RerankInput("Archive", "Snapshots use zstd when they are compressed for the cold tier."),
+    ]
+    meaning = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0).score(question, candidates)
+    full = SentenceReranker(embedder).score(question, candidates)
+    assert full[1] - full[0] > meaning[1] - meaning[0]
+    weights = term_weights(sorted(content_terms(question)), [content_terms(c.text) for c in candidates])
+    assert weights["snapshot"] < weights["zstd"]
+    assert coverage(weights, content_terms(candidates[1].text)) == 1.0
+
+
+def test_retriever_reranks_the_fused_top_by_sentences(tmp_path: Path, embedder: Any) -> None:
     lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
     vector = EdgeVectorIndex(tmp_path / "vectors", embedder.dim)
     passages = [
@@ -61,15 +77,14 @@ def test_retriever_fuses_the_sentence_list(tmp_path: Path, embedder: Any) -> Non
         vector.upsert(passages, embedder.embed([embedding_text(p) for p in passages]))
         access = AccessFilter.for_principal(ANN, NOW)
         settings = RetrievalSettings(dense_floor=0.0)
-        ranking = Retriever(lexical, vector, embedder, None, settings, None, SentenceMaxSim(embedder)).rank(
-            "When do old backups get thrown away for good?", access
-        )
-        assert ranking.sentence and ranking.sentence[0][0] == "doc.md@1#long-1"
+        question = "When do old backups get thrown away for good?"
+        reranker = SentenceReranker(embedder)
+        ranking = Retriever(lexical, vector, embedder, None, settings, reranker).rank(question, access)
+        assert ranking.reranked and set(ranking.rerank_scores) == {pid for pid, _ in ranking.rrf}
         assert ranking.fused[0][0] == "doc.md@1#long-1"
-        plain = Retriever(lexical, vector, embedder, None, settings).rank(
-            "When do old backups get thrown away?", access
-        )
-        assert plain.sentence == []
+        assert sorted(pid for pid, _ in ranking.fused) == sorted(pid for pid, _ in ranking.rrf)
+        plain = Retriever(lexical, vector, embedder, None, settings).rank(question, access)
+        assert not plain.reranked and plain.fused == plain.rrf
     finally:
         lexical.close()
         vector.close()

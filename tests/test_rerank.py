@@ -96,7 +96,11 @@ def test_retriever_reorders_only_the_fused_top(tmp_path: Path, cross_encoder: On
         by_id = reranked.passages
         top = [RerankInput("", by_id[pid].text) for pid in reranked_ids[:2]]
         expected = cross_encoder.score("backups", top)
-        assert [score for _, score in reranked.fused[:2]] == expected == sorted(expected, reverse=True)
+        assert [reranked.rerank_scores[pid] for pid in reranked_ids[:2]] == expected
+        # Two candidates: each standardised part is +-1, so the cross-encoder's preference (weight 1) beats
+        # the fused order's (weight 0.5) and the longer passage, fused second, comes first.
+        assert expected[0] > expected[1] and reranked_ids[:2] == plain_ids[1::-1]
+        assert [score for _, score in reranked.fused[:2]] == [0.5, -0.5]
         result = Retriever(lexical, None, None, None, RetrievalSettings(k=1, rerank_depth=3), cross_encoder).search(
             principal, "backups", NOW
         )

@@ -36,7 +36,8 @@ def build_report(
         if r.expect == "abstain" and r.loop.answered
     ]
     gate_rows = check_gates(summary, len(leaks), gates)
-    s = ctx.retrieval
+    s = ctx.retriever.settings if ctx.retriever is not None else ctx.retrieval
+    reranker = ctx.retriever.reranker if ctx.retriever is not None else ctx.reranker
     return {
         "meta": {
             **(meta or {}),
@@ -53,17 +54,16 @@ def build_report(
                 "bm25_floor": s.bm25_floor,
                 "dense_floor": s.dense_floor,
                 "rrf_k": s.rrf_k,
-                "reranker": ctx.reranker.name if ctx.reranker is not None else None,
-                "rerank_depth": s.rerank_depth if ctx.reranker is not None else None,
-                "sentence_depth": s.sentence_depth if ctx.sentence_ranker is not None else 0,
+                "reranker": reranker.name if reranker is not None else None,
+                "rerank_depth": s.rerank_depth if reranker is not None else None,
+                "rerank_fusion_weight": s.fusion_weight if reranker is not None else None,
                 "max_searches": ctx.worker.max_searches,
             },
             "elapsed_s": round(elapsed_s, 2),
             "notes": [
                 "recall@k = share of a question's gold spans in the ranker's top k (averaged over answerable "
                 "questions); bm25/dense are the floored candidate lists Retriever.search fuses; fused = RRF over them, "
-                "with the sentence list (best-sentence similarity over the fused top sentence_depth) as a third "
-                "list, then reordered at the top by the reranker when one is configured",
+                "then the top rerank_depth reordered by the reranker's score blended with the fused order",
                 "loop = the worker with the configured max_searches; single = the same worker with max_searches=1; "
                 "result cache off for both",
             ],

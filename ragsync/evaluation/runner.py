@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from indexer.ports import DocState, DocStateStore, Embedder, Hit, LexicalIndex, VectorIndex
 from query.ports import Model, Reranker
-from query.retrieval import Retrieval, RetrievalSettings, Retriever
+from query.retrieval import Ranking, Retrieval, RetrievalSettings, Retriever
 from query.worker import AskResult, QueryWorker, WorkerSettings, default_as_of
 from ragsync.evaluation.metrics import (
     KS,
@@ -48,13 +48,19 @@ FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class _RecordingRetriever(Retriever):
-    """Keeps every passage the worker's searches returned, for the per-passage ACL re-check."""
+    """Keeps every passage the worker's searches returned, for the per-passage ACL re-check.
+
+    It ranks through the evaluated retriever itself (`base.rank`), so a benchmark that evaluates
+    another ranking design (a Retriever subclass) has the worker's searches ranked that way too.
+    """
 
     def __init__(self, base: Retriever) -> None:
-        super().__init__(
-            base.lexical, base.vector, base.embedder, None, base.settings, base.reranker, base.sentence_ranker
-        )
+        super().__init__(base.lexical, base.vector, base.embedder, None, base.settings, base.reranker, deny=base.deny)
+        self.base = base
         self.seen: list[Passage] = []
+
+    def rank(self, query: str, access: AccessFilter) -> Ranking:
+        return self.base.rank(query, access)
 
     def search(self, principal: Principal, query: str, as_of: datetime, k: int | None = None) -> Retrieval:
         result = super().search(principal, query, as_of, k)
@@ -74,7 +80,8 @@ class EvalContext:
     retrieval: RetrievalSettings
     worker: WorkerSettings
     reranker: Reranker | None = None
-    sentence_ranker: Reranker | None = None
+    retriever: Retriever | None = None
+    """The retriever to evaluate; None: one built from the ports and settings above (no result cache)."""
 
     @classmethod
     def from_components(cls, components: Components) -> EvalContext:
@@ -88,7 +95,6 @@ class EvalContext:
             retrieval=base.retriever.settings,
             worker=base.settings,
             reranker=base.retriever.reranker,
-            sentence_ranker=base.retriever.sentence_ranker,
         )
 
     @property
@@ -102,8 +108,8 @@ class Evaluator:
         self.ks = tuple(sorted(set(ks)))
         # No result cache: the loop and single runs ask the same first query, and a cache hit would
         # make the second run look faster than it is.
-        self.retriever = Retriever(
-            ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval, ctx.reranker, ctx.sentence_ranker
+        self.retriever = ctx.retriever or Retriever(
+            ctx.lexical, ctx.vector, ctx.embedder, None, ctx.retrieval, ctx.reranker
         )
         self._states: dict[tuple[str, str], DocState | None] = {}
         self.tenants: list[str] = []
