@@ -8,6 +8,8 @@ question's words the same way (`content_terms`), so "covers the question" means 
 
 from __future__ import annotations
 
+import re
+
 from indexer.chunker import split_sentences
 from indexer.text import STOPWORDS, query_terms, word_count
 
@@ -50,13 +52,46 @@ def embedding_text(heading: str, sentence: str) -> str:
 
 
 def stem(word: str) -> str:
-    """A light suffix stripper: enough to match refund/refunds/refunded without a dependency."""
+    """A light suffix stripper: enough to match refund/refunds/refunded without a dependency.
+
+    A final "e" goes too, so that change/changes/changed (and rule/rules, generate/generated) are
+    one term: without it "change" and "changes" never matched.
+    """
     for suffix in ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
+            word = word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+            break
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word
 
 
 def content_terms(text: str) -> set[str]:
     """Stemmed words that say what a text is about: no stopwords, no question words."""
     return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in QUESTION_WORDS}
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_%<>.:+#-]*[A-Za-z0-9_>+#]")
+_NAME_LIKE = re.compile(r"[_0-9]|^-|[a-z][A-Z]|^[A-Z]{2,}|[.%<>:+#]")
+
+
+def named_terms(question: str) -> list[str]:
+    """The question's names: identifiers (yy_scan_bytes, heapq.heappop, --keep-index, %option, C++20),
+    mixed-case product names (PostgreSQL, GitHub) and acronyms (TCP, UUID).
+
+    A name is the one word a question cannot be paraphrased around: evidence that never mentions it
+    is about something else, however close its sentences come in meaning.
+    """
+    names = []
+    for token in _TOKEN.findall(question):
+        token = token.lstrip(".:")
+        if len(token) >= 2 and _NAME_LIKE.search(token):
+            names.append(token)
+    return list(dict.fromkeys(names))
+
+
+_POINTER = re.compile(r"^\(?(see|refer to)\b", re.IGNORECASE)
+
+
+def is_pointer(sentence: str) -> bool:
+    """A cross-reference ("See git-shell(1) for ...", "Refer to ..."): it says where an answer is, so it
+    never is one, and it shares the question's words by construction."""
+    return _POINTER.match(sentence.lstrip()) is not None

@@ -16,16 +16,16 @@ from evalgate import Limits, run_gate
 # Measured on the CI subset (79 questions: 64 answerable, 15 expect abstain, 8 of them denied by design)
 # on chunker structure-v2. One answerable question is worth ~0.016; each threshold leaves about one
 # question of slack, abstentions and leaks none.
-# Re-measured after the retrieval work (issue 12). Fused recall on this subset went 0.938 -> 0.906 while the
-# full set went 0.864 -> 0.892 (paraphrases 0.571 -> 0.762): two exact questions (bm25 rank 7, dense rank 7/12)
-# now sit at fused 11-12, outvoted by the best-sentence list; the trade was measured on both full sets.
+# Re-measured after the ranking work (issue 12: RRF k=60 over BM25 and dense, the fused top 50 reranked by
+# the sentence reranker blended with the fused order; the extractive model's name gate and min_score 2.07,
+# calibrated with a leave-one-set-out margin, which costs answers here: grounded 0.5625 -> 0.531).
 LIMITS = Limits(
-    fused_recall_at_10=0.89,  # measured 0.906
+    fused_recall_at_10=0.94,  # measured 0.961
     bm25_recall_at_10=0.85,  # measured 0.875
     dense_recall_at_10=0.85,  # measured 0.867
-    fused_mrr=0.70,  # measured 0.722
+    fused_mrr=0.70,  # measured 0.718
     answer_rate=0.65,  # measured 0.672 (43/64)
-    grounded_rate=0.54,  # measured 0.5625 (36/64): the extractive model still answers no paraphrase
+    grounded_rate=0.51,  # measured 0.531 (34/64): the extractive model still answers no paraphrase
     abstain_rate=1.0,  # measured 15/15
 )
 

@@ -19,7 +19,7 @@ from query.extractive import ExtractiveModel
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, RerankInput
 from query.rerank import SentenceReranker, coverage, term_weights
 from query.retrieval import RetrievalSettings, Retriever
-from query.sentences import content_terms, sentences
+from query.sentences import content_terms, is_pointer, named_terms, sentences
 from schemas.decisions import Claim
 from schemas.principal import AccessFilter, Principal
 
@@ -127,3 +127,42 @@ def test_abstains_when_nothing_is_close_in_meaning(embedder: Any) -> None:
     assert call.name == TOOL_SEARCH
     final = model.decide(ModelTurn(question, evidence, (TOOL_SUBMIT,), (question, call.input["query"])))
     assert final.input == {"abstain": True, "reason": "no passage answers the question"}
+
+
+def test_a_name_no_passage_mentions_means_abstain_whatever_the_score(embedder: Any) -> None:
+    """The question names an identifier the evidence never mentions: sentences on the same topic, close in
+    meaning and sharing most words, are about something else. The same question naming an identifier
+    that one passage does mention is answered from that passage."""
+    model = ExtractiveModel(embedder)
+    evidence = evidence_of(
+        ("Init and Destroy Functions", "Both yylex_init and yylex_init_extra return 0 (zero) on success."),
+        ("Init and Destroy Functions", "The function yylex_destroy frees the resources used by the scanner."),
+    )
+    asked = "What does yylex_init return on success?"
+    answered = model.decide(ModelTurn(asked, evidence, (TOOL_SUBMIT,)))
+    assert answered.input.get("claims"), answered
+    assert answered.input["claims"][0]["passage_id"] == "doc@1#p-0"
+    unmentioned = "What does yytables_fload return on success?"
+    assert model.unmentioned_names(unmentioned, evidence) == ["yytables_fload"]
+    lenient = ExtractiveModel(embedder, min_score=0.0)  # by score alone, it would quote the yylex_init sentence
+    assert lenient._good(lenient.candidates(unmentioned, evidence))
+    call = lenient.decide(ModelTurn(unmentioned, evidence, (TOOL_SUBMIT,)))
+    assert call.input == {"abstain": True, "reason": "no passage answers the question"}
+
+
+def test_named_terms_are_identifiers_products_and_acronyms_not_plain_words() -> None:
+    names = named_terms("Does heapq.heappop or --keep-index work with %option, C++20, PostgreSQL and TCP?")
+    assert names == ["heapq.heappop", "--keep-index", "%option", "C++20", "PostgreSQL", "TCP"]
+    assert named_terms("How do I wipe everything my build generated but keep files I made by hand?") == []
+
+
+def test_a_cross_reference_is_never_the_quote(embedder: Any) -> None:
+    model = ExtractiveModel(embedder)
+    pointer = "See git-shell(1) for how you might use the login shell to restrict the user's access."
+    evidence = evidence_of(("update hook", f"{pointer} The hook runs once per ref being updated."))
+    assert is_pointer(pointer) and not is_pointer("Seeing the log is enough to find the commit.")
+    assert all(c.sentence != pointer for c in model.candidates("How do I restrict the login shell access?", evidence))
+
+
+def test_inflections_are_one_term() -> None:
+    assert content_terms("change rules") == content_terms("changes rule") == content_terms("changed rules")
