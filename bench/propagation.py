@@ -23,6 +23,7 @@ Writes bench/results/propagation-<profile>.json and prints a table. Goals (clust
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import platform
@@ -30,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +48,10 @@ from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPa
 from schemas.principal import AccessFilter, Principal  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+SERVED_EVERY = 5
+RETRY_S = 0.05
+"""A probe's first query RETRY_S after its event's publish, and again RETRY_S after each query that
+still returned the document: the resolution of `effective` (plus the query's own time)."""
 COSTS: dict[str, list[float]] = {}
 """Seconds each probe check took (the probe's own cost, reported beside the figures)."""
 MODEL = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
@@ -125,6 +131,9 @@ class Probe:
     doc_id: str
     event: Event
     published: float = 0.0  # monotonic
+    seq: int = 0
+    served: float | None = None
+    """Embedded, every SERVED_EVERY-th probe: when serve's own answer (a traced ask) stopped citing it."""
     effective: float | None = None
     converged: float | None = None
     generation: int = 0
@@ -145,6 +154,8 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 class Cluster:
+    probers = 16
+
     def __init__(self, tmp: Path) -> None:
         tag = uuid.uuid4().hex[:8]
         self.tag = tag
@@ -241,6 +252,13 @@ class Cluster:
             if len(p.done) == len(checks) and p.effective is not None:
                 p.converged = time.monotonic()
 
+    @staticmethod
+    def settled(p: Probe) -> bool:
+        return p.converged is not None
+
+    def finish(self, probes: list[Probe], deadline: float) -> None:
+        """Every probe followed its own event to convergence."""
+
     def _vector_ok(self, p: Probe, access: AccessFilter) -> bool:
         """The doc's points by ID (cheap lookups, not a filtered count): none left after a deletion,
         none readable by the principal after a revocation."""
@@ -314,11 +332,7 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
     from query.retrieval import RetrievalSettings, Retriever
 
     c = runner.components
-    retriever = (
-        Retriever(c.lexical, None, None, None, RetrievalSettings(candidates=10), deny=c.deny)
-        if args.profile == "cluster"
-        else None
-    )
+    retriever = None  # opened once the stores exist (embedded: serve creates them)
     targets = [(k, i) for k in ("rev", "del") for i in range(args.revocations if k == "rev" else args.deletions)]
     docs = [target_doc(k, i) for k, i in targets]
     print(f"phase 0: {len(docs)} targets", flush=True)
@@ -330,6 +344,9 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"targets not indexed after {args.timeout_s:.0f}s; see {runner.log_path}")
         time.sleep(1)
     ids = {d: list(c.docs.get(TENANT, d).passage_ids) for d in docs}
+    # The affected principal's query: BM25 with the store's permission filter, then the deny set (the
+    # real Retriever over the stores serve or the worker writes; no model needed to find one word).
+    retriever = Retriever(c.lexical, None, None, None, RetrievalSettings(candidates=10), deny=c.deny)
     print(f"  indexed in {time.monotonic() - started:.0f}s", flush=True)
     if args.profile == "cluster":
         runner.vector  # noqa: B018  (open the probe's client before the clock runs)
@@ -346,29 +363,49 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
     order.sort(key=lambda kv: (kv[1], kv[0]))  # interleaved
     deadline = [time.monotonic() + args.timeout_s]
 
-    def follow(p: Probe) -> None:
-        """One probe's loop: the affected principal's query, then the stores, every few milliseconds."""
-        while p.converged is None and time.monotonic() < deadline[0]:
-            runner.probe(p, retriever)
-            time.sleep(0.01)
+    # A fixed set of probing threads takes the pending probes in order of when each is due (published,
+    # or RETRY_S after its last query), so the probes' own query load stays bounded and no probe
+    # starves: one thread per probe, or a pool following each probe to its end while later ones
+    # queued, measured the probes' own queue (30 s "effective" while the deny entry took 0.05 s).
+    due: list[tuple[float, int, Probe]] = []
+    lock = threading.Lock()
+    publishing = [True]
 
-    from concurrent.futures import ThreadPoolExecutor
+    def prober() -> None:
+        while time.monotonic() < deadline[0]:
+            with lock:
+                p = heapq.heappop(due)[2] if due and due[0][0] <= time.monotonic() else None
+            if p is None:
+                if not publishing[0] and not due:
+                    return
+                time.sleep(0.002)
+                continue
+            runner.probe(p, retriever)
+            if not runner.settled(p):
+                with lock:
+                    heapq.heappush(due, (time.monotonic() + RETRY_S, p.seq, p))
 
     backlog_at_start = runner.backlog()
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        for kind, i in order:
-            doc = target_doc(kind[:3], i)
-            event = revocation(doc) if kind == "revocation" else deletion(doc)
-            probe = Probe(
-                kind, i, doc, event, generation=c.cache.generation(TENANT) if args.profile == "cluster" else 0
-            )
-            probe.ids = ids[doc]
-            probe.published = time.monotonic()
-            runner.publish_one(event)
-            probes.append(probe)
-            pool.submit(follow, probe)
-            time.sleep(args.pace_ms / 1000)
-        deadline[0] = time.monotonic() + args.timeout_s
+    threads = [threading.Thread(target=prober, daemon=True) for _ in range(args.probers or runner.probers)]
+    for t in threads:
+        t.start()
+    for kind, i in order:
+        doc = target_doc(kind[:3], i)
+        event = revocation(doc) if kind == "revocation" else deletion(doc)
+        probe = Probe(kind, i, doc, event, generation=c.cache.generation(TENANT) if args.profile == "cluster" else 0)
+        probe.ids = ids[doc]
+        probe.published = time.monotonic()
+        runner.publish_one(event)
+        probe.seq = len(probes)
+        probes.append(probe)
+        with lock:
+            heapq.heappush(due, (probe.published + RETRY_S, probe.seq, probe))
+        time.sleep(args.pace_ms / 1000)
+    deadline[0] = time.monotonic() + args.timeout_s
+    publishing[0] = False
+    for t in threads:
+        t.join()
+    runner.finish(probes, deadline[0])
     backlog_at_end = runner.backlog()
     result = report(args, probes, backlog_at_start, backlog_at_end, runner.versions())
     result["worker_records"] = runner.worker_records()
@@ -403,6 +440,14 @@ def report(
                 for name in sorted({n for p in mine for n in p.done})
             },
             "measured": len(mine),
+            **(
+                {
+                    "served_effective_s": summary([p.served - p.published for p in mine if p.served is not None]),
+                    "served_measured": sum(1 for p in mine if p.served is not None),
+                }
+                if args.profile == "embedded"
+                else {}
+            ),
             "never_effective": sum(1 for p in mine if p.effective is None),
             "never_converged": sum(1 for p in mine if p.converged is None),
         }
@@ -430,6 +475,12 @@ def table(result: dict[str, Any]) -> str:
         for what in ("effective_s", "converged_s"):
             s = result[kind][what]
             lines.append(f"{kind[:3]} {what[:-2]:<8}{s['p50']:>8.3f}{s['p99']:>8.3f}{s['max']:>8.3f}")
+    for kind in ("revocation", "deletion"):
+        if "served_effective_s" in result[kind]:
+            s = result[kind]["served_effective_s"]
+            n = result[kind]["served_measured"]
+            row = f"{s['p50']:>8.3f}{s['p99']:>8.3f}{s['max']:>8.3f}"
+            lines.append(f"{kind[:3]} served  {row}  (serve's own ask, {n} events)")
     counts = result["counts"]
     lines.append(
         f"documents backlog: {counts['documents_backlog_when_events_started']} when the events began,"
@@ -453,6 +504,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deletions", type=int, default=200)
     parser.add_argument("--pace-ms", type=int, default=50)
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument(
+        "--probers", type=int, default=0, help="threads querying for pending events (default: 16 cluster, 6 embedded)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     factory: Callable[[Path], Any] = Cluster if args.profile == "cluster" else Embedded
@@ -471,10 +525,16 @@ def main(argv: list[str] | None = None) -> None:
 class Embedded:
     """`ragsync serve` owns a fresh home and applies what this process publishes into its event log.
 
-    Effective is probed through serve itself (the operator's traced ask, a query by the affected
-    principal through the owner's Retriever: its ranked IDs say whether the document still comes
-    back), converged from the worker's own propagation records (the owner holds the vector shard).
+    Effective is probed like the cluster's: the real Retriever (BM25 with the permission filter, then the
+    deny set) over the files serve writes (FTS5 and deny.db, read by this process as any reader would).
+    Every SERVED_EVERY-th event is also followed through serve itself (the operator's traced ask: the
+    whole answer path, up to three searches each embedding the question), reported as served_effective:
+    an ask costs 0.1-0.5 s on a busy machine, so asking for all 20 events a second measured the
+    queue of the probes' own questions. Converged comes from the worker's own propagation records
+    (serve holds the vector shard).
     """
+
+    probers = 6
 
     def __init__(self, tmp: Path) -> None:
         import socket
@@ -556,24 +616,45 @@ class Embedded:
     def vector(self) -> Any:
         return None
 
+    @staticmethod
+    def settled(p: Probe) -> bool:
+        return p.effective is not None and (p.seq % SERVED_EVERY or p.served is not None)
+
     def probe(self, p: Probe, retriever: Any) -> None:
         if p.effective is None:
+            now_access = AccessFilter.for_principal(STAFF, datetime.now(UTC))
+            began = time.monotonic()
+            hits = retriever.rank(word(p.kind[:3], p.index), now_access).lexical
+            COSTS.setdefault("query", []).append(time.monotonic() - began)
+            if not any(h.passage.doc_id == p.doc_id for h in hits):
+                p.effective = time.monotonic()
+        if p.served is None and p.seq % SERVED_EVERY == 0:
+            began = time.monotonic()
             response = self._http.post(
                 "/v1/owner/ask",
                 json={"token": self._token, "question": word(p.kind[:3], p.index)},
                 headers={"X-Ragsync-Operator": self._key},
             )
+            COSTS.setdefault("ask", []).append(time.monotonic() - began)
             searches = response.json()["trace"]["searches"]
             ranked = [i for s in searches for i in (*s["lexical_ids"], *s["dense_ids"], *s["selected_ids"])]
             if not any(i.startswith(p.doc_id + "@") for i in ranked):
-                p.effective = time.monotonic()
-        if p.effective is not None and p.converged is None:
+                p.served = time.monotonic()
+
+    def finish(self, probes: list[Probe], deadline: float) -> None:
+        """Converged from the worker's own propagation records (one read for all, once a second)."""
+        while time.monotonic() < deadline:
             records = {r.event_id: r for r in self.components.propagation.records()}
-            mine = records.get(p.event.event_id)
-            if mine is not None and mine.converged_at is not None:
+            for p in probes:
+                mine = records.get(p.event.event_id)
+                if p.converged is not None or p.effective is None or mine is None or mine.converged_at is None:
+                    continue
                 lag = mine.converged_at.timestamp() - self.published_wall[p.event.event_id]
                 p.converged = p.published + max(lag, p.effective - p.published)
                 p.done.update({c: round(v, 4) for c, v in mine.delays().items()})
+            if all(p.converged is not None for p in probes):
+                return
+            time.sleep(1)
 
     def worker_records(self) -> dict[str, Any]:
         from indexer.propagation import summarize

@@ -45,6 +45,8 @@ from streams.tracking import Tracker, after_durable
 
 log = logging.getLogger(__name__)
 
+REVOCATION_TOPICS = (TOPIC_ACL, TOPIC_DELETIONS)
+
 GROUP = "ragsync-indexer"
 
 
@@ -93,8 +95,7 @@ class EmbeddedWorker:
         Returns how many records were applied; an upsert batch that gave way to a revocation counts
         as work left (the next round applies the revocation, then retries the batch).
         """
-        moved = self._drain_topic(TOPIC_ACL, None, progress)
-        moved += self._drain_topic(TOPIC_DELETIONS, None, progress)
+        moved = self._drain_revocations(progress)
         preempted = self.preemptions
         moved += self._drain_topic(TOPIC_DOCUMENTS, 1, progress)
         return moved if self.preemptions == preempted else max(moved, 1)
@@ -125,6 +126,40 @@ class EmbeddedWorker:
                 progress(applied)
         return done
 
+    def _drain_revocations(self, progress: Callable[[int], None] | None) -> int:
+        """Every ACL change, then every deletion, polled together and made durable together: one
+        flush and one commit per round for both topics. A flush costs the same whatever it holds
+        (qdrant-edge: 0.1-0.4 s on a busy disk, holding the GIL), so one per topic doubled the
+        time a steady stream of revocations and deletions waited; within a round the ACL changes
+        are applied first, as before."""
+        done_total = 0
+        while True:
+            polled = [(topic, self.events.poll(topic, self.group, self.batch_size)) for topic in REVOCATION_TOPICS]
+            if not any(records for _, records in polled):
+                return done_total
+            decoded = [(record, try_decode(record)) for _, records in polled for record in records]
+            if self.tracker is not None:
+                for record, event in decoded:
+                    self.tracker.consumed(record, event)  # effective from here on, before any store write
+            done: list[Record] = []
+            entries: list[AppliedEntry] = []
+            applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
+            for record, event in decoded:
+                try:
+                    reason, result = self._apply_with_retries(record, event, {})
+                except Exception:
+                    self._commit(REVOCATION_TOPICS, done, entries, applied)  # each topic's done records are a prefix
+                    raise
+                if reason is not None:
+                    self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
+                entries.append(_entry(record, event, result))
+                done.append(record)
+                applied.append((record, event, result))
+            self._commit(REVOCATION_TOPICS, done, entries, applied)
+            done_total += len(done)
+            if progress:
+                progress(len(done))
+
     def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
         decoded = [try_decode(record) for record in records]
         if self.tracker is not None and topic != TOPIC_DOCUMENTS:
@@ -149,14 +184,14 @@ class EmbeddedWorker:
                 reason, result = self._apply_with_retries(record, event, vectors)
             except Exception:
                 # Acknowledge what was applied before the failing record; it stays uncommitted.
-                self._commit(topic, done, entries, applied)
+                self._commit((topic,), done, entries, applied)
                 raise
             if reason is not None:
                 self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
             entries.append(_entry(record, event, result))
             done.append(record)
             applied.append((record, event, result))
-        self._commit(topic, done, entries, applied)
+        self._commit((topic,), done, entries, applied)
         return len(done)
 
     def _apply_with_retries(
@@ -175,7 +210,7 @@ class EmbeddedWorker:
 
     def _commit(
         self,
-        topic: str,
+        topics: Sequence[str],
         records: Sequence[Record],
         entries: Sequence[AppliedEntry],
         applied: Sequence[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = (),
@@ -197,7 +232,8 @@ class EmbeddedWorker:
                 self.batches += 1
         finally:
             # Whatever was not committed is polled again from the committed offset.
-            self.events.rewind(topic, self.group)
+            for topic in topics:
+                self.events.rewind(topic, self.group)
         if erasures and self.on_erase is not None:
             self.on_erase(erasures)
 
