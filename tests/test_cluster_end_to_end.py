@@ -186,3 +186,75 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         except subprocess.TimeoutExpired:
             worker.kill()
         log.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_cluster_serve_syncs_declared_sources_on_their_schedule(tmp_path: Path, cluster_env: dict[str, str]) -> None:
+    """[[sources]] on the cluster profile: serve scans and publishes them to Kafka on their interval,
+    the Faust worker applies them, and a manifest edit is a revocation without anyone running sync."""
+    import httpx
+
+    drive = tmp_path / "drive"
+    build_drive(drive)
+    config = tmp_path / "ragsync.toml"
+    config.write_text(f'[[sources]]\nname = "handbook"\npath = "{drive}"\ninterval_s = 1\n')
+    env = {
+        **os.environ,
+        **cluster_env,
+        "PYTHONPATH": str(REPO),
+        "RAGSYNC_CONFIG": str(config),
+        "RAGSYNC_METRICS_PORT": str(free_port()),
+        "RAGSYNC_WORKER_METRICS_PORT": str(free_port()),
+    }
+    port = free_port()
+    logs = [(tmp_path / name).open("wb") for name in ("worker.log", "serve.log")]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ragsync.cli", "worker"], cwd=REPO, env=env, stdout=logs[0], stderr=subprocess.STDOUT
+    )
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ragsync.cli", "serve", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=logs[1],
+        stderr=subprocess.STDOUT,
+    )
+    hal = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "hal", "--groups", "staff,hr").strip()
+    question = "What is the salary band for a senior engineer?"
+
+    def answered() -> bool:
+        assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+        try:
+            response = httpx.post(
+                f"http://127.0.0.1:{port}/v1/ask",
+                json={"question": question},
+                headers={"Authorization": f"Bearer {hal}"},
+                timeout=30,
+            )
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200 and bool(response.json()["answered"])
+
+    try:
+        eventually(answered, 150, "serve to publish the declared source and the worker to apply it")
+        assert "publishing handbook to Kafka" in (tmp_path / "serve.log").read_text()
+        (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
+        eventually(lambda: not answered(), 60, "the scheduled pass to publish the revocation")
+    finally:
+        for proc in (serve, worker):
+            proc.send_signal(signal.SIGTERM)
+        for proc in (serve, worker):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in logs:
+            log.close()

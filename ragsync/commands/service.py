@@ -91,7 +91,9 @@ def serve(
     (by `ragsync sync` in other processes, webhook pushes, --watch folders and the [[sources]] of
     the settings file, synced on their intervals), ACL changes and deletions first; `ragsync ask`
     and `ragsync status` go through it meanwhile. SIGTERM finishes the batch in hand, commits it
-    and exits.
+    and exits. On the cluster profile serve answers from the shared stores and, when sources are
+    declared (or --watch given), also scans them on their schedules and publishes to Kafka, where
+    the workers apply them; declare them on one serve only (its home keeps their connector state).
 
     Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
     (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
@@ -114,13 +116,18 @@ def serve(
     settings = settings_of(ctx)
     logging.getLogger("ragsync.http").setLevel(logging.INFO)
     sources = _sources(settings, watch, interval)
-    lock = _take_home(settings, "serve", None) if settings.profile == "embedded" else None
+    # Embedded: serve owns the home. Cluster: it owns nothing but, with sources, their connector
+    # state in this home (a second serve with the same sources on the same home is refused).
+    lock = _take_home(settings, "serve", None) if settings.profile == "embedded" or sources else None
     components = build(settings)
     owner = None
-    if lock is not None:
+    scheduler = None
+    if settings.profile == "embedded" and lock is not None:
         owner = Owner(components, info=lock.info, sources=sources)
     elif sources:
-        note("[[sources]] and --watch are synced by `ragsync serve` on the embedded profile only; ignored")
+        from ragsync.sources import Scheduler
+
+        scheduler = Scheduler(components, sources)  # publishes to Kafka; the workers apply
     try:
         listener = bind(host, port)
         if owner is not None and lock is not None:
@@ -132,6 +139,9 @@ def serve(
             lock.set_api(listener.url.replace("://0.0.0.0:", "://127.0.0.1:").replace("://[::]:", "://[::1]:"))
             if sources:
                 note(f"ragsync serve: syncing {', '.join(s.name for s in sources)}")
+        if scheduler is not None:
+            scheduler.start()
+            note(f"ragsync serve: publishing {', '.join(s.name for s in sources)} to Kafka on their schedules")
         run_server(
             components,
             listener=listener,
@@ -149,6 +159,8 @@ def serve(
     except (SourceConflict, HomeFormatError) as exc:  # a webhook source named like another source
         fail(str(exc), EXIT_USAGE)
     finally:
+        if scheduler is not None:
+            scheduler.stop()
         if owner is not None:
             owner.stop()
         components.close()
