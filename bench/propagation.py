@@ -370,6 +370,7 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
     due: list[tuple[float, int, Probe]] = []
     lock = threading.Lock()
     publishing = [True]
+    probe_errors: list[str] = []
 
     def prober() -> None:
         while time.monotonic() < deadline[0]:
@@ -380,7 +381,11 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
                     return
                 time.sleep(0.002)
                 continue
-            runner.probe(p, retriever)
+            try:
+                runner.probe(p, retriever)
+            except Exception as exc:  # a store timing out under load: that probe is retried, not lost
+                with lock:
+                    probe_errors.append(f"{type(exc).__name__}: {exc}")
             if not runner.settled(p):
                 with lock:
                     heapq.heappush(due, (time.monotonic() + RETRY_S, p.seq, p))
@@ -410,6 +415,7 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
     result = report(args, probes, backlog_at_start, backlog_at_end, runner.versions())
     result["worker_records"] = runner.worker_records()
     result["probe_cost_s"] = {name: summary(values) for name, values in COSTS.items()}
+    result["probe_errors"] = {"count": len(probe_errors), "first": probe_errors[:3]}
     return result
 
 

@@ -46,6 +46,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -150,6 +151,19 @@ class Indexer:
     """Purge what deletions left in the stores' files; True: an erasure asks for it now."""
     rolls: RollSchedule = field(default_factory=lambda: RollSchedule(COMPACTION_SEGMENT_MS))
     _maintaining: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _deny_pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragsync-deny")
+    )
+
+    async def deny(self, record: Record) -> None:
+        """Write the deny entry of an ACL or delete record (the moment it is effective).
+
+        On a thread of its own, never the event loop's default pool: the appliers (4 per topic),
+        the documents agent and purges share that pool, and under load their queue held deny writes
+        back by tens of seconds, behind the very backlog the deny set exists to overtake.
+        """
+        if self.tracker is not None:
+            await asyncio.get_running_loop().run_in_executor(self._deny_pool, self.tracker.consumed, record)
 
     async def apply(self, record: Record) -> str | None:
         """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None."""
@@ -330,8 +344,7 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
         async def agent(stream: Any) -> None:
             manual = stream.noack()
             async for event in manual.events():
-                if indexer.tracker is not None:
-                    await asyncio.to_thread(indexer.tracker.consumed, _record(logical, event.message))
+                await indexer.deny(_record(logical, event.message))
                 await manual.ack(event)
 
         agent.__name__ = agent.__qualname__ = f"deny_{logical}"

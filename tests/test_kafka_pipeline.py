@@ -633,3 +633,39 @@ def test_an_oversized_dead_letter_is_cut_to_fit_a_kafka_record() -> None:
     assert letter["offset"] == 7 and letter["key"] == "acme/big.md"
     small = Record(TOPIC_DOCUMENTS, 0, 1, "acme/x.md", b"{nope")
     assert json.loads(bounded_dead_letter(small, "r"))["value"] == "{nope"
+
+
+def test_deny_writes_never_queue_behind_the_appliers_thread_pool() -> None:
+    """Under load the appliers (and purges) fill the event loop's default thread pool; a revocation's
+    deny entry must still be written at once, or "effective" waits for the backlog it should overtake."""
+    import threading
+
+    from streams.faust_app import Indexer
+    from streams.ports import Record
+
+    class Recording:
+        def __init__(self) -> None:
+            self.records: list[Record] = []
+
+        def consumed(self, record: Record) -> None:
+            self.records.append(record)
+
+    tracker = Recording()
+    indexer = Indexer(sink=None, tracker=tracker)  # type: ignore[arg-type]
+    revocation = acl_event("acme", "kafka-test:vault.md", 2, ("group:hr",))
+    record = Record(TOPIC_ACL, 0, 0, revocation.key, revocation.model_dump_json().encode())
+    release = threading.Event()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        # Every thread of the default pool busy, and more work queued behind them.
+        busy = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]
+        await asyncio.sleep(0.05)
+        try:
+            await asyncio.wait_for(indexer.deny(record), timeout=5)
+        finally:
+            release.set()
+            await asyncio.gather(*busy)
+
+    asyncio.run(scenario())
+    assert tracker.records == [record]
