@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -144,7 +145,7 @@ def main() -> int:
         "designs": results,
         "freeze_ratio_in_process_to_child": round(freeze_before / max(freeze_after, 1e-3), 1),
         "versions": {"qdrant-edge-py": version("qdrant-edge-py"), "python": platform.python_version()},
-        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -55,6 +55,20 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
+SHARED_PORTS = frozenset({9092, 9093, 9200, 9300, 6379, 6333, 6334, 8080, 9464, 9465})
+"""The shared services' and ragsync's default ports: a private instance never takes one."""
+
+
+def free_port() -> int:
+    """A port nothing listens on now (for a private service, a serve or a metrics listener)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in SHARED_PORTS:
+            return port
+
+
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 

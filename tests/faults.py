@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,24 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from conftest import MODEL_PATH
+from conftest import MODEL_PATH, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "compose/local/services"
-SHARED_PORTS = {9092, 9093, 9200, 9300, 6379, 6333, 6334}
 TENANT = "acme"
 GRACE_S = 5.0
 """How long after its publish, once every service is back, a revocation or deletion may still be served:
 a healthy cluster applies one in about a second (a worker, Elasticsearch's refresh, the cache bump)."""
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in SHARED_PORTS:
-            return port
 
 
 def shared_cache() -> Path:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster_end_to_end import REPO, cli, eventually
+from test_cluster_end_to_end import REPO, cli, eventually, start_ragsync, stop
 from test_cluster_end_to_end import cluster_env as cluster_env  # the fixture
 from test_deletion_physical import KEEP_WORDS, V1_WORDS, found_in, v1
 
@@ -111,10 +108,7 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
     (drive / DOC).write_text(v1())
     (drive / "acme/ops/keep.md").write_text(f"# Keep\n\nThis page stays: {KEEP_WORDS[0]} lives on.\n")
     env = {**os.environ, **cluster_env, "PYTHONPATH": str(REPO)}
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "worker"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    worker = start_ragsync(["worker"], env, tmp_path / "worker.log")
     try:
         report = json.loads(cli(cluster_env, "sync", str(drive), "--json"))
         assert report["upserts"] == 2
@@ -181,12 +175,7 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
         assert propagation["events"] >= 1 and "delete/converged" in propagation["by_copy"]
         print(f"broker files free of the document {gone_after:.0f}s after the deletion was published")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
+        stop(worker)
 
 
 def CliRunnerResult(env: dict[str, str], *args: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH, QDRANT_URL, require_service
+from conftest import MODEL_PATH, QDRANT_URL, free_port, require_service
 
 from ragsync.cli import main
 from ragsync.demo import build_drive
@@ -120,16 +120,32 @@ def eventually(check: Any, timeout_s: float = 90, what: str = "") -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def start_ragsync(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`python -m ragsync.cli ARGS` of this checkout, its output in `log` (the child keeps the file open)."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "ragsync.cli", *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a worker finishes the batch in hand and commits), then kill whatever is still up after 30 s."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_env: dict[str, str]) -> None:
     drive = tmp_path / "drive"
     build_drive(drive)
     env = {**os.environ, **cluster_env, "PYTHONPATH": str(REPO)}
-    log = (tmp_path / "worker.log").open("wb")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "worker"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    worker = start_ragsync(["worker"], env, tmp_path / "worker.log")
     try:
         report = json.loads(cli(cluster_env, "sync", str(drive), "--json"))
         assert report["upserts"] == 4 and "applied" not in report, "the cluster sync only publishes"
@@ -180,20 +196,7 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == 0, "the server still holds deleted points"
         assert points(cluster_env, "acme") > 0
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        stop(worker)
 
 
 @pytest.mark.cluster
@@ -216,17 +219,8 @@ def test_cluster_serve_syncs_declared_sources_on_their_schedule(tmp_path: Path, 
         "RAGSYNC_WORKER_METRICS_PORT": str(free_port()),
     }
     port = free_port()
-    logs = [(tmp_path / name).open("wb") for name in ("worker.log", "serve.log")]
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "worker"], cwd=REPO, env=env, stdout=logs[0], stderr=subprocess.STDOUT
-    )
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "serve", "--port", str(port)],
-        cwd=REPO,
-        env=env,
-        stdout=logs[1],
-        stderr=subprocess.STDOUT,
-    )
+    worker = start_ragsync(["worker"], env, tmp_path / "worker.log")
+    serve = start_ragsync(["serve", "--port", str(port)], env, tmp_path / "serve.log")
     hal = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "hal", "--groups", "staff,hr").strip()
     question = "What is the salary band for a senior engineer?"
 
@@ -249,12 +243,4 @@ def test_cluster_serve_syncs_declared_sources_on_their_schedule(tmp_path: Path, 
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
         eventually(lambda: not answered(), 60, "the scheduled pass to publish the revocation")
     finally:
-        for proc in (serve, worker):
-            proc.send_signal(signal.SIGTERM)
-        for proc in (serve, worker):
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for log in logs:
-            log.close()
+        stop(serve, worker)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import MODEL_PATH
+from conftest import MODEL_PATH, free_port
 
 from indexer.embedder import DEFAULT_MODEL_NAME, FastEmbedder, ModelUnavailable, forget_loaded_models, hub_reachable
 from indexer.embedder import load_embedder as load
@@ -30,17 +29,11 @@ def fresh_loader() -> Iterator[None]:
     forget_loaded_models()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def unreachable_hub(monkeypatch: pytest.MonkeyPatch) -> str:
     from huggingface_hub import constants
 
-    endpoint = f"http://127.0.0.1:{closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     return endpoint
 

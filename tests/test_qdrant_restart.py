@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH, require_service
+from conftest import MODEL_PATH, free_port, require_service
 
 from ragsync.cli import main
 
@@ -42,12 +41,6 @@ def launcher() -> Any:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrivateQdrant:

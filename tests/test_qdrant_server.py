@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH, QDRANT_URL, require_service
+from conftest import MODEL_PATH, QDRANT_URL, free_port, require_service
 
 from indexer.ports import StoreUnavailable
 from indexer.qdrant_server import QdrantUnavailable, compatible, connect, open_local, version_problem
 from ragsync.cli import main
 from ragsync.cluster import DEFAULT_QDRANT_URL, qdrant_target
 from ragsync.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_compatibility_is_one_minor_version_apart() -> None:

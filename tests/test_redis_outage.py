@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_service, unique
+from conftest import free_port, require_service, unique
 from test_effective_before_converged import AS_OF, HAL, QUESTION, TEXT, record
 from test_indexing import acl, upsert
 
@@ -34,12 +34,6 @@ from query.worker import QueryWorker
 from streams.tracking import Tracker
 
 ES = "http://127.0.0.1:9200"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
