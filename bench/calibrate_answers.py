@@ -67,11 +67,12 @@ class _Capture:
         return ToolCall(TOOL_SUBMIT, {"abstain": True, "reason": "capture"})
 
 
-def score_set(name: str, variant: str, model_path: Path) -> list[Scored]:
+def score_set(name: str, variant: str, model_path: Path, homes: Path | None = None) -> list[Scored]:
     base = ROOT / "eval" / name / "build" / variant
-    if not (base / "home").is_dir():
-        sys.exit(f"no home at {base / 'home'}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
-    settings = Settings(home=base / "home", embed_model_path=model_path, session_secret="calibrate-" + "x" * 24)
+    home = homes / f"home-{name}" if homes is not None else base / "home"
+    if not home.is_dir():
+        sys.exit(f"no home at {home}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
+    settings = Settings(home=home, embed_model_path=model_path, session_secret="calibrate-" + "x" * 24)
     components = build_embedded(settings)
     try:
         worker = components.query_worker()
@@ -126,9 +127,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", choices=("full", "ci"), default="full")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-calibration[-ci].json")
+    parser.add_argument(
+        "--homes",
+        type=Path,
+        default=None,
+        help="a folder holding home-<set> per set (another model's homes); default eval/<set>/build/<variant>/home",
+    )
     args = parser.parse_args()
     model_path = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
-    rows = {name: score_set(name, args.variant, model_path) for name in SETS}
+    rows = {name: score_set(name, args.variant, model_path, args.homes) for name in SETS}
     highest = {name: _max_abstain(r) for name, r in rows.items()}
     excess = {name: round(highest[name] - max(v for other, v in highest.items() if other != name), 4) for name in SETS}
     top = max(highest.values())

@@ -130,12 +130,13 @@ def summary(report: dict[str, Any], rank_ms: list[float]) -> dict[str, Any]:
     }
 
 
-def run_set(name: str, variant: str, model_path: Path) -> dict[str, Any]:
+def run_set(name: str, variant: str, model_path: Path, homes: Path | None = None) -> dict[str, Any]:
     base = ROOT / "eval" / name / "build" / variant
-    if not (base / "home").is_dir():
-        sys.exit(f"no home at {base / 'home'}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
+    home = homes / f"home-{name}" if homes is not None else base / "home"
+    if not home.is_dir():
+        sys.exit(f"no home at {home}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
     questions = load_questions(base / "questions.jsonl")
-    settings = Settings(home=base / "home", embed_model_path=model_path, session_secret="bench-ranking-" + "x" * 20)
+    settings = Settings(home=home, embed_model_path=model_path, session_secret="bench-ranking-" + "x" * 20)
     components = build_embedded(settings)
     out: dict[str, Any] = {}
     try:
@@ -180,10 +181,16 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
     parser.add_argument("--variant", choices=("full", "ci"), default="full")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/ranking[-ci].json")
+    parser.add_argument(
+        "--homes",
+        type=Path,
+        default=None,
+        help="a folder holding home-<set> per set (another model's homes); default eval/<set>/build/<variant>/home",
+    )
     args = parser.parse_args()
     model = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
     started = time.perf_counter()
-    sets = {name: run_set(name, args.variant, model) for name in args.sets}
+    sets = {name: run_set(name, args.variant, model, args.homes) for name in args.sets}
     report = {
         "benchmark": "ranking designs side by side on the evaluation sets (ragsync eval's harness)",
         "variant": args.variant,

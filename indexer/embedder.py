@@ -81,6 +81,7 @@ class FastEmbedder:
         *,
         cache_dir: Path | None = None,
         download: bool = False,
+        query_prefix: str = "",
     ) -> None:
         from fastembed import TextEmbedding
 
@@ -107,6 +108,7 @@ class FastEmbedder:
             self._model = self._by_name(TextEmbedding, model_name, described, cache, download)
         self.model_name = model_name
         self.batch_size = batch_size
+        self.query_prefix = query_prefix
         self.dim = int(self.embed(["probe"]).shape[1])
 
     def _by_name(self, text_embedding: Any, name: str, described: Any, cache: str | None, download: bool) -> Any:
@@ -147,7 +149,7 @@ class FastEmbedder:
         return out
 
     def embed_query(self, text: str) -> Vectors:
-        row: Vectors = self.embed([text])[0]
+        row: Vectors = self.embed([self.query_prefix + text])[0]
         return row
 
 
@@ -159,6 +161,7 @@ class ModelChoice:
     path: Path | None = None
     cache_dir: Path | None = None
     download: bool = True
+    query_prefix: str = ""
 
 
 _LOADED: dict[ModelChoice, FastEmbedder | None] = {}
@@ -171,19 +174,22 @@ def load_embedder(
     *,
     cache_dir: Path | None = None,
     download: bool = True,
+    query_prefix: str = "",
 ) -> Embedder | None:
     """The model for this choice, loaded once per process; None (BM25 only) after one warning.
 
     One instance serves every caller in the process: an ONNX session is safe to share between
     threads, and loading it again per command would cost seconds and memory each time.
     """
-    choice = ModelChoice(model_name, model_path, cache_dir, download)
+    choice = ModelChoice(model_name, model_path, cache_dir, download, query_prefix)
     with _LOADED_LOCK:
         if choice in _LOADED:
             return _LOADED[choice]
         embedder: FastEmbedder | None
         try:
-            embedder = FastEmbedder(model_path, model_name, cache_dir=cache_dir, download=download)
+            embedder = FastEmbedder(
+                model_path, model_name, cache_dir=cache_dir, download=download, query_prefix=query_prefix
+            )
             log.info("embedding model %s from %s", model_name, embedder.source)
         except ModelUnavailable as exc:
             how = (

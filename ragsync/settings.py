@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
     embed_cache_dir: Path | None = None  # None: fastembed's own (FASTEMBED_CACHE_PATH, else <tmp>/fastembed_cache)
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
+    embed_query_prefix: str = ""
+    """Put before every question (never before a passage) when it is embedded: the instruction some
+    models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""
 
     chunk_max_chars: int = 1000
     top_k: int = 8

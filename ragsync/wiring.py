@@ -228,6 +228,7 @@ def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | Non
         settings.embed_model_name,
         cache_dir=settings.embed_cache_dir,
         download=settings.embed_download,
+        query_prefix=settings.embed_query_prefix,
     )
     if inner is None:
         return None

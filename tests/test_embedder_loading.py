@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import MODEL_PATH, free_port
 
@@ -146,3 +147,15 @@ def test_the_demo_without_a_model_warns_exactly_once(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr.count("Embedding model unavailable") == 1, done.stderr
+
+
+def test_the_query_prefix_goes_before_questions_and_never_before_passages() -> None:
+    """BGE and E5 were trained with an instruction before queries; passages must stay as indexed."""
+    prefix = "Represent this sentence for searching relevant passages: "
+    plain = FastEmbedder(MODEL_PATH)
+    prefixed = load(MODEL_PATH, query_prefix=prefix)
+    assert prefixed is not None and prefixed is not load(MODEL_PATH)  # a different choice, loaded apart
+    question = "How do I undo the last commit?"
+    assert np.allclose(prefixed.embed([question]), plain.embed([question]), atol=1e-5)
+    assert np.allclose(prefixed.embed_query(question), plain.embed([prefix + question])[0], atol=1e-5)
+    assert not np.allclose(prefixed.embed_query(question), plain.embed_query(question), atol=1e-3)
