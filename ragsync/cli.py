@@ -17,6 +17,7 @@ from ragsync.commands.audit import audit
 from ragsync.commands.dlq import dlq
 from ragsync.commands.erase import erase
 from ragsync.commands.evaluate import eval_
+from ragsync.commands.model import model
 from ragsync.commands.service import serve, status, worker
 from ragsync.commands.sync import sync
 from ragsync.commands.token import token
@@ -95,7 +96,7 @@ def demo(ctx: click.Context, directory: Path | None) -> None:
     sys.exit(run_demo(directory, settings_of(ctx)))
 
 
-for command in (sync, ask, token, audit, erase, dlq, eval_, worker, serve, status, verify):
+for command in (sync, ask, token, audit, erase, dlq, eval_, model, worker, serve, status, verify):
     main.add_command(command)
 
 
