@@ -67,7 +67,9 @@ class _Capture:
         return ToolCall(TOOL_SUBMIT, {"abstain": True, "reason": "capture"})
 
 
-def score_set(name: str, variant: str, model_path: Path, homes: Path | None = None) -> list[Scored]:
+def score_set(
+    name: str, variant: str, model_path: Path, homes: Path | None = None, min_meaning: float | None = None
+) -> list[Scored]:
     base = ROOT / "eval" / name / "build" / variant
     home = homes / f"home-{name}" if homes is not None else base / "home"
     if not home.is_dir():
@@ -79,7 +81,8 @@ def score_set(name: str, variant: str, model_path: Path, homes: Path | None = No
         model = worker.model
         if not isinstance(model, ExtractiveModel):
             sys.exit("calibration is for the embedded profile's extractive model")
-        probe = ExtractiveModel(model.embedder, min_meaning=model.min_meaning, min_score=float("-inf"))
+        meaning = model.min_meaning if min_meaning is None else min_meaning
+        probe = ExtractiveModel(model.embedder, min_meaning=meaning, min_score=float("-inf"))
         out = []
         for q in load_questions(base / "questions.jsonl"):
             capture = _Capture()
@@ -133,9 +136,15 @@ def main() -> None:
         default=None,
         help="a folder holding home-<set> per set (another model's homes); default eval/<set>/build/<variant>/home",
     )
+    parser.add_argument(
+        "--min-meaning",
+        type=float,
+        default=None,
+        help="the model's meaning gate for this run (another model's cosines sit on another scale)",
+    )
     args = parser.parse_args()
     model_path = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
-    rows = {name: score_set(name, args.variant, model_path, args.homes) for name in SETS}
+    rows = {name: score_set(name, args.variant, model_path, args.homes, args.min_meaning) for name in SETS}
     highest = {name: _max_abstain(r) for name, r in rows.items()}
     excess = {name: round(highest[name] - max(v for other, v in highest.items() if other != name), 4) for name in SETS}
     top = max(highest.values())
@@ -146,6 +155,8 @@ def main() -> None:
     report: dict[str, Any] = {
         "benchmark": "answer threshold calibration of the extractive model (single search, no threshold)",
         "variant": args.variant,
+        "model": os.environ.get("RAGSYNC_EMBED_MODEL_NAME", "sentence-transformers/all-MiniLM-L6-v2"),
+        "min_meaning": args.min_meaning if args.min_meaning is not None else ExtractiveModel().min_meaning,
         "highest_abstain_question_score": {name: round(v, 4) for name, v in highest.items()},
         "highest_abstain_questions": {
             name: sorted(((round(r.score, 4), r.id) for r in rs if r.abstain and r.score is not None), reverse=True)[:3]
