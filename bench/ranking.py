@@ -10,7 +10,9 @@ is how the candidate lists are fused and reordered:
   rrf60-maxsim         RRF k=60, then the top 50 reranked by best-sentence similarity alone, blended
                        with the fused order (an ablation: what the rare-word coverage adds)
   rrf60-rerank         RRF k=60, then the top 50 reranked by the sentence reranker (meaning + rare
-                       question words) blended with the fused order: the default
+                       question words) blended with the fused order, without the passage's own vector
+  rrf60-rerank-passage the same, plus 0.3 x the whole passage's cosine (its dense vector): the default
+  rrf60-rerank-passage-0.5   the same at 0.5: how flat the default's weight is
 
 Every design is evaluated in full (retrieval per ranker and per type, loop and single answers,
 permissions), so a ranking gain that costs answers or a leak shows in the same table. `rank_ms` is
@@ -87,7 +89,7 @@ def designs(components: Components) -> dict[str, Callable[[], Retriever]]:
     embedder = components.embedder
     assert embedder is not None, "the ranking benchmark needs the embedding model (RAGSYNC_EMBED_MODEL_PATH)"
     base = components.retriever().settings
-    maxsim = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0)
+    maxsim = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0, passage_meaning=0.0)
 
     def make(cls: type[Retriever], settings: RetrievalSettings, reranker: Any) -> Callable[[], Retriever]:
         return lambda: cls(components.lexical, components.vector, embedder, None, settings, reranker)
@@ -96,7 +98,11 @@ def designs(components: Components) -> dict[str, Callable[[], Retriever]]:
         "legacy-rrf10-3lists": make(LegacyRetriever, _replace(base, rrf_k=LEGACY_K), maxsim),
         "rrf60": make(Retriever, _replace(base, rrf_k=60, rerank_depth=0), None),
         "rrf60-maxsim": make(Retriever, _replace(base, rrf_k=60), maxsim),
-        "rrf60-rerank": make(Retriever, _replace(base, rrf_k=60), SentenceReranker(embedder)),
+        "rrf60-rerank": make(Retriever, _replace(base, rrf_k=60), SentenceReranker(embedder, passage_meaning=0.0)),
+        "rrf60-rerank-passage": make(Retriever, _replace(base, rrf_k=60), SentenceReranker(embedder)),
+        "rrf60-rerank-passage-0.5": make(
+            Retriever, _replace(base, rrf_k=60), SentenceReranker(embedder, passage_meaning=0.5)
+        ),
     }
 
 

@@ -119,3 +119,6 @@ class Reranker(Protocol):
 class RerankInput:
     heading: str
     text: str
+    dense_text: str = ""
+    """What the dense ranker embedded for this passage (title, headings and text): its vector is a
+    cache hit, so a reranker can weigh the passage's whole meaning without embedding anything new."""

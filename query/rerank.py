@@ -94,6 +94,11 @@ PASSAGE_COVERAGE_WEIGHT = 0.2
 """Weights of the question's rare words against meaning, measured on the three evaluation sets
 (eval/README.md): the recall of the fused top 10 moves by at most one question across 0.3-0.7 and
 0-0.2, so these are the middle of a flat region, not a tuned point."""
+PASSAGE_MEANING_WEIGHT = 0.3
+"""Weight of the whole passage's cosine (the vector dense retrieval ranked it by) beside its best
+sentence. On the three sets (eval/README.md) 0.3-0.5 is a plateau where every recall target holds:
+Git paraphrases 0.714 -> 0.810, Python and flex unchanged or better; below 0.3 Git loses those
+paraphrases again, at 1.0 flex loses one."""
 
 
 def term_weights(query_terms: Sequence[str], bags: Sequence[set[str]]) -> dict[str, float]:
@@ -121,14 +126,17 @@ class SentenceReranker:
     """A passage scores as its best sentence: meaning plus the question's rare words, in one sentence.
 
         score = max over sentences s of [cos(question, "heading: s") + a * coverage(s + heading)]
-                + b * coverage(passage + heading)
+                + b * coverage(passage + heading) + c * cos(question, passage)
 
     A passage vector averages everything the passage says, so a paraphrased question that matches
     one sentence of a long passage ranks it low; its best sentence does not dilute. Meaning alone
     cannot tell an option's synopsis line from the sentence that explains it (MiniLM puts both at
     0.6-0.8), so the sentence must also hold the words that tell the candidates apart, weighted by
-    how few candidates hold them (`term_weights`). It uses the embedder already loaded for dense
-    retrieval (no other model), and sentence vectors are cached by text like passage vectors.
+    how few candidates hold them (`term_weights`). The best sentence alone misses an answer spread
+    over a passage (a rule in one sentence, its reason in the next, its name in the heading), so
+    the passage's own vector counts too (`c`): the one dense retrieval ranked it by, a cache hit.
+    It uses the embedder already loaded for dense retrieval (no other model), and sentence vectors
+    are cached by text like passage vectors.
 
     The score is one stage of two: the Retriever blends it with the fused rank (`rrf.blend`), so
     what BM25 and dense agreed on still counts.
@@ -140,10 +148,12 @@ class SentenceReranker:
         *,
         sentence_coverage: float = SENTENCE_COVERAGE_WEIGHT,
         passage_coverage: float = PASSAGE_COVERAGE_WEIGHT,
+        passage_meaning: float = PASSAGE_MEANING_WEIGHT,
     ) -> None:
         self.embedder = embedder
         self.sentence_coverage = sentence_coverage
         self.passage_coverage = passage_coverage
+        self.passage_meaning = passage_meaning
         self.name = f"sentence:{embedder.model_name}"
 
     def score(self, query: str, passages: Sequence[RerankInput]) -> list[float]:
@@ -161,14 +171,18 @@ class SentenceReranker:
             embedded = [embedding_text(p.heading, s) for s in own] or [embedding_text(p.heading, p.text)]
             spans.append((len(texts), len(texts) + len(embedded)))
             texts.extend(embedded)
+        whole = len(texts)
+        if self.passage_meaning:
+            texts.extend(p.dense_text or embedding_text(p.heading, p.text) for p in passages)
         q = np.asarray(self.embedder.embed_query(query), dtype=np.float32)
         sims = np.asarray(self.embedder.embed(texts), dtype=np.float32) @ q
         weights = term_weights(sorted(content_terms(query)), bags)
         scores = []
-        for (a, b), own_units, bag in zip(spans, units, bags, strict=True):
+        for i, ((a, b), own_units, bag) in enumerate(zip(spans, units, bags, strict=True)):
             best = max(
                 float(sim) + self.sentence_coverage * coverage(weights, unit)
                 for sim, unit in zip(sims[a:b], own_units, strict=True)
             )
-            scores.append(best + self.passage_coverage * coverage(weights, bag))
+            meaning = self.passage_meaning * float(sims[whole + i]) if self.passage_meaning else 0.0
+            scores.append(best + self.passage_coverage * coverage(weights, bag) + meaning)
         return scores

@@ -40,6 +40,7 @@ from datetime import datetime
 from indexer.cache import cache_key
 from indexer.deny import DenyEntry, DenySet, DenyUnavailable, denies
 from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
+from indexer.sink import embedding_text
 from query.ports import Reranker, RerankInput
 from query.rrf import FUSION_WEIGHT, RRF_K, blend, fuse
 from schemas.passages import Passage
@@ -120,7 +121,7 @@ class Retrieval:
 
 
 def _rerank_input(passage: Passage) -> RerankInput:
-    return RerankInput(" > ".join(passage.heading_path) or passage.title, passage.text)
+    return RerankInput(" > ".join(passage.heading_path) or passage.title, passage.text, embedding_text(passage))
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parents[1] / "eval" / "python-manual"
 MIN_FUSED_RECALL_AT_10 = 0.96  # measured 1.000
 MIN_BM25_RECALL_AT_10 = 0.90  # measured 0.939
 MIN_DENSE_RECALL_AT_10 = 0.93  # measured 0.970
-MIN_FUSED_MRR = 0.76  # measured 0.792
+MIN_FUSED_MRR = 0.76  # measured 0.790 (0.792 before the reranker weighed the whole passage's vector)
 MIN_ANSWER_RATE = 0.63  # measured 0.667 (22/33: the extractive model still answers no paraphrase)
 MIN_GROUNDED_RATE = 0.57  # measured 0.606 (20/33)
 # Every expect-abstain question must abstain (measured 15/15): the evidence heading no longer carries the

@@ -19,13 +19,15 @@ from evalgate import Limits, run_gate
 # each threshold leaves about one question of slack, leaks none.
 LIMITS = Limits(
     # Re-measured after the ranking work (issue 12: RRF k=60 + the sentence reranker blended with the fused
-    # order; the extractive model's name gate, consistent stemming and min_score 2.07).
+    # order; the extractive model's name gate, consistent stemming and min_score 2.07), then after the
+    # reranker weighed the whole passage's vector (Git paraphrases 0.714 -> 0.810 on the full sets; here one
+    # question less grounded and MRR 0.798 -> 0.782).
     fused_recall_at_10=0.97,  # measured 0.985
     bm25_recall_at_10=0.95,  # measured 0.971
     dense_recall_at_10=0.83,  # measured 0.853
-    fused_mrr=0.78,  # measured 0.798
+    fused_mrr=0.77,  # measured 0.782
     answer_rate=0.54,  # measured 0.559 (38/68)
-    grounded_rate=0.51,  # measured 0.529 (36/68): the extractive model still answers no paraphrase
+    grounded_rate=0.50,  # measured 0.515 (35/68): the extractive model still answers no paraphrase
     abstain_rate=1.0,  # measured 15/15
     denied_abstain_rate=1.0,  # measured 9/9
 )

@@ -18,12 +18,14 @@ from evalgate import Limits, run_gate
 # question of slack, abstentions and leaks none.
 # Re-measured after the ranking work (issue 12: RRF k=60 over BM25 and dense, the fused top 50 reranked by
 # the sentence reranker blended with the fused order; the extractive model's name gate and min_score 2.07,
-# calibrated with a leave-one-set-out margin, which costs answers here: grounded 0.5625 -> 0.531).
+# calibrated with a leave-one-set-out margin, which costs answers here: grounded 0.5625 -> 0.531), then
+# after the reranker weighed the whole passage's vector (full-set paraphrases 0.714 -> 0.810; MRR here
+# 0.718 -> 0.708).
 LIMITS = Limits(
     fused_recall_at_10=0.94,  # measured 0.961
     bm25_recall_at_10=0.85,  # measured 0.875
     dense_recall_at_10=0.85,  # measured 0.867
-    fused_mrr=0.70,  # measured 0.718
+    fused_mrr=0.69,  # measured 0.708
     answer_rate=0.65,  # measured 0.672 (43/64)
     grounded_rate=0.51,  # measured 0.531 (34/64): the extractive model still answers no paraphrase
     abstain_rate=1.0,  # measured 15/15

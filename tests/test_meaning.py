@@ -11,6 +11,7 @@ from typing import Any
 from conftest import NOW, make_passage
 
 from indexer.chunker import chunk_document
+from indexer.embedding_cache import CachedEmbedder
 from indexer.qdrant_edge import EdgeVectorIndex
 from indexer.sink import embedding_text
 from indexer.sqlite_fts import SqliteLexicalIndex
@@ -39,7 +40,7 @@ def test_sentences_join_prose_lines_too_short_to_quote_but_never_table_lines() -
 
 
 def test_a_passage_scores_as_its_best_sentence(embedder: Any) -> None:
-    ranker = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0)  # meaning alone
+    ranker = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0, passage_meaning=0.0)
     question = "When do old backups get thrown away for good?"
     long_score, short_score = ranker.score(question, [RerankInput("Archive", LONG), RerankInput("Archive", SHORT)])
     assert long_score > short_score
@@ -56,12 +57,65 @@ def test_rare_question_words_in_the_same_sentence_tell_close_candidates_apart(em
         RerankInput("Archive", "Snapshots are compressed before they are written to the cold tier."),
         RerankInput("Archive", "Snapshots use zstd when they are compressed for the cold tier."),
     ]
-    meaning = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0).score(question, candidates)
-    full = SentenceReranker(embedder).score(question, candidates)
-    assert full[1] - full[0] > meaning[1] - meaning[0]
+    meaning = SentenceReranker(embedder, sentence_coverage=0.0, passage_coverage=0.0, passage_meaning=0.0)
+    full = SentenceReranker(embedder, passage_meaning=0.0).score(question, candidates)
+    alone = meaning.score(question, candidates)
+    assert full[1] - full[0] > alone[1] - alone[0]
     weights = term_weights(sorted(content_terms(question)), [content_terms(c.text) for c in candidates])
     assert weights["snapshot"] < weights["zstd"]
     assert coverage(weights, content_terms(candidates[1].text)) == 1.0
+
+
+def test_the_whole_passage_counts_beside_its_best_sentence(embedder: Any) -> None:
+    """An answer spread over a passage (the rule in one sentence, what it applies to in the heading or
+    the next one) is what the passage's own vector carries: it adds `passage_meaning` x its cosine."""
+    question = "When do old backups get thrown away for good?"
+    inputs = [RerankInput("Archive", LONG, f"Archive\n{LONG}"), RerankInput("Archive", SHORT, f"Archive\n{SHORT}")]
+    without = SentenceReranker(embedder, passage_meaning=0.0).score(question, inputs)
+    weighted = SentenceReranker(embedder, passage_meaning=0.3).score(question, inputs)
+    q = embedder.embed_query(question)
+    for plus, minus, item in zip(weighted, without, inputs, strict=True):
+        whole = float(embedder.embed([item.dense_text])[0] @ q)
+        assert abs(plus - minus - 0.3 * whole) < 1e-5 and whole > 0.1
+
+
+def test_the_reranker_reads_the_vector_the_sink_stored_and_embeds_no_passage_again(
+    tmp_path: Path, embedder: Any
+) -> None:
+    class Counting:
+        def __init__(self) -> None:
+            self.model_name, self.dim, self.seen = embedder.model_name, embedder.dim, list[str]()
+
+        def embed(self, texts: Any) -> Any:
+            self.seen.extend(texts)
+            return embedder.embed(texts)
+
+        def embed_query(self, text: str) -> Any:
+            return embedder.embed_query(text)
+
+    counting = Counting()
+    cached = CachedEmbedder(counting, tmp_path / "embeddings.db")
+    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
+    vector = EdgeVectorIndex(tmp_path / "vectors", embedder.dim)
+    passages = [
+        make_passage(LONG, anchor="long-1", heading_path=("Archive",)),
+        make_passage(SHORT, anchor="short-1", heading_path=("Archive",)),
+    ]
+    try:
+        lexical.upsert(passages)
+        vector.upsert(passages, cached.embed([embedding_text(p) for p in passages]))  # as the sink does
+        counting.seen.clear()
+        retriever = Retriever(
+            lexical, vector, cached, None, RetrievalSettings(dense_floor=0.0), SentenceReranker(cached)
+        )
+        ranking = retriever.rank("When do old backups get thrown away for good?", AccessFilter.for_principal(ANN, NOW))
+        assert ranking.reranked and counting.seen  # the sentences were embedded ...
+        # ... and nothing else: the passages' own vectors were cache hits of what the sink embedded.
+        assert sorted(counting.seen) == sorted(f"Archive: {s}" for p in passages for s in sentences(p.text))
+    finally:
+        lexical.close()
+        vector.close()
+        cached.close()
 
 
 def test_retriever_reranks_the_fused_top_by_sentences(tmp_path: Path, embedder: Any) -> None:
