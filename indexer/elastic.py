@@ -35,6 +35,7 @@ extra segments). `modules()` reports what the server has, for operators and test
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -43,10 +44,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import BadRequestError, Elasticsearch
+from elasticsearch import ApiError, BadRequestError, Elasticsearch, TransportError
 
 from indexer.payload import doc_to_passage, iso, passage_to_doc
-from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage
+from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage, StoreUnavailable
 from indexer.text import query_terms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
@@ -73,6 +74,26 @@ MAX_ID_BYTES = 512
 """Elasticsearch rejects longer `_id`s; longer passage IDs are hashed (see `doc_key`)."""
 
 _PREFIX = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
+
+
+class ElasticUnavailable(StoreUnavailable):
+    """A read Elasticsearch could not answer: unreachable, overloaded, or shards not yet started.
+
+    A question then fails with this one line (CLI exit 1, API 503) rather than a traceback, and never
+    with fewer filters or fewer rankers than it asked for.
+    """
+
+
+@contextlib.contextmanager
+def _reading(what: str) -> Iterator[None]:
+    try:
+        yield
+    except TransportError as exc:  # connection refused, timeouts: no HTTP answer at all
+        raise ElasticUnavailable(f"Elasticsearch could not be reached for {what}: {type(exc).__name__}") from exc
+    except ApiError as exc:
+        if exc.meta.status < 500 and exc.meta.status != 429:
+            raise
+        raise ElasticUnavailable(f"Elasticsearch could not answer {what}: HTTP {exc.meta.status} {exc.error}") from exc
 
 
 class ElasticWriteError(RuntimeError):
@@ -551,17 +572,18 @@ class ElasticLexicalIndex:
                 "operator": "or",
             }
         }
-        response = self._es.search(
-            index=self.alias(access.tenant),
-            query={"bool": {"must": [match], "filter": access_query(access)}},
-            min_score=floor,
-            size=limit,
-            sort=[{"_score": "desc"}, {"passage_id": "asc"}],
-            track_scores=True,
-            source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
-            ignore_unavailable=True,
-            allow_no_indices=True,
-        )
+        with _reading("a search"):
+            response = self._es.search(
+                index=self.alias(access.tenant),
+                query={"bool": {"must": [match], "filter": access_query(access)}},
+                min_score=floor,
+                size=limit,
+                sort=[{"_score": "desc"}, {"passage_id": "asc"}],
+                track_scores=True,
+                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                ignore_unavailable=True,
+                allow_no_indices=True,
+            )
         return [Hit(passage=doc_to_passage(h["_source"]), score=float(h["_score"])) for h in response["hits"]["hits"]]
 
     def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
@@ -569,14 +591,15 @@ class ElasticLexicalIndex:
         wanted = list(dict.fromkeys(passage_ids))
         if not wanted or not access.entries:
             return []
-        response = self._es.search(
-            index=self.alias(access.tenant),
-            query={"bool": {"filter": [{"ids": {"values": [doc_key(p) for p in wanted]}}, *access_query(access)]}},
-            size=len(wanted),
-            source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
-            ignore_unavailable=True,
-            allow_no_indices=True,
-        )
+        with _reading("a passage look-up"):
+            response = self._es.search(
+                index=self.alias(access.tenant),
+                query={"bool": {"filter": [{"ids": {"values": [doc_key(p) for p in wanted]}}, *access_query(access)]}},
+                size=len(wanted),
+                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                ignore_unavailable=True,
+                allow_no_indices=True,
+            )
         return [doc_to_passage(h["_source"]) for h in response["hits"]["hits"]]
 
     def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:

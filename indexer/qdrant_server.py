@@ -38,7 +38,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from indexer.payload import iso, passage_to_point, point_id, point_to_hit
 from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
@@ -252,16 +254,23 @@ class QdrantVectorIndex:
     def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
-        with self._guard():
-            response = self._client.query_points(
-                self.collection,
-                query=[float(x) for x in vector.reshape(-1)],
-                query_filter=access_filter(access),
-                score_threshold=floor,
-                limit=limit,
-                with_payload=True,
-                with_vectors=False,
-            )
+        try:
+            with self._guard():
+                response = self._client.query_points(
+                    self.collection,
+                    query=[float(x) for x in vector.reshape(-1)],
+                    query_filter=access_filter(access),
+                    score_threshold=floor,
+                    limit=limit,
+                    with_payload=True,
+                    with_vectors=False,
+                )
+        except (ResponseHandlingException, httpx.TransportError) as exc:  # no answer from the server
+            raise QdrantUnavailable(f"Qdrant could not be reached for a search: {type(exc).__name__}") from exc
+        except UnexpectedResponse as exc:
+            if exc.status_code is not None and exc.status_code < 500:
+                raise
+            raise QdrantUnavailable(f"Qdrant could not answer a search: HTTP {exc.status_code}") from exc
         return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in response.points]
 
     def delete_superseded(self, before: datetime) -> None:

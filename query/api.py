@@ -39,6 +39,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from indexer.ports import StoreUnavailable
 from query.as_of import AS_OF_FORM, parse_as_of
 from query.ports import ModelUnavailable
 from query.tokens import InvalidToken
@@ -341,6 +342,11 @@ def create_app(
             log.warning("model unavailable: %s", exc)  # the message is built to carry no prompt text
             headers = {"Retry-After": "5"} if exc.retryable else {}
             return JSONResponse({"error": "model unavailable"}, status_code=503, headers=headers)
+        except StoreUnavailable as exc:
+            # A store that cannot answer fails the question: never an answer from fewer filters or rankers.
+            metrics.error("store_unavailable", time.perf_counter() - started)
+            log.warning("store unavailable: %s", exc)  # adapters' messages carry no query text
+            return JSONResponse({"error": "store unavailable"}, status_code=503, headers={"Retry-After": "5"})
         except Exception as exc:
             metrics.error("internal", time.perf_counter() - started)
             _log_unexpected(exc)

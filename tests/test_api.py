@@ -20,6 +20,7 @@ from conftest import NOW, make_passage
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
+from indexer.ports import Hit, StoreUnavailable
 from indexer.sqlite_fts import SqliteLexicalIndex
 from query.api import create_app
 from query.extractive import ExtractiveModel
@@ -28,7 +29,7 @@ from query.retrieval import Retriever
 from query.tokens import issue_token
 from query.worker import QueryWorker
 from schemas.decisions import GENERIC_ABSTENTION
-from schemas.principal import Principal
+from schemas.principal import AccessFilter, Principal
 
 SECRET = "s3cret"
 STAFF = Principal(tenant="acme", user="ann", groups=("staff",))
@@ -339,3 +340,26 @@ def test_readyz_runs_the_checks(lexical: SqliteLexicalIndex) -> None:
         "checks": {"query_worker": "ok", "indexer": "catching up: 12 events behind"},
     }
     assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+class _GoneStore(SqliteLexicalIndex):
+    """A lexical store whose server stopped answering after it was opened."""
+
+    def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        raise StoreUnavailable("Elasticsearch could not answer a search: HTTP 503 search_phase_execution_exception")
+
+
+def test_a_store_that_cannot_answer_is_503_not_an_abstention_or_500(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gone = _GoneStore(tmp_path / "gone.db")
+    try:
+        with client_with(gone, ExtractiveModel()) as client:
+            response = client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF))
+            assert response.status_code == 503 and response.json() == {"error": "store unavailable"}
+            assert response.headers["retry-after"] == "5"
+            assert metric(client, 'ragsync_ask_errors_total{kind="store_unavailable"}') == 1
+            assert metric(client, "ragsync_asks_answered_total") == 0
+        assert all(QUESTION not in r.getMessage() for r in caplog.records)
+    finally:
+        gone.close()

@@ -297,3 +297,40 @@ def test_client_major_matches_the_server_and_modules_are_probed(index: Any) -> N
     modules = index.modules()
     assert "transport-netty4" in modules
     print(f"elasticsearch major {major}, modules: {' '.join(modules)}")
+
+
+def test_a_search_elasticsearch_cannot_answer_is_a_one_line_store_error(index: Any) -> None:
+    """Shards that never started (here: allocation pinned to a node that does not exist) make
+    Elasticsearch answer a search with 503: the question fails with ElasticUnavailable, a
+    StoreUnavailable (CLI exit 1, API 503), never a traceback or an answer from fewer rankers."""
+    from indexer.elastic import ElasticUnavailable
+    from indexer.ports import StoreUnavailable
+
+    index.client.indices.create(
+        index=index.alias("acme"),
+        settings={"index.routing.allocation.require._name": "no-such-node", "number_of_replicas": 0},
+        wait_for_active_shards="0",
+    )
+    try:
+        with pytest.raises(ElasticUnavailable, match="HTTP 503") as raised:
+            index.search("refunds", STAFF, 10, 0.0)
+        assert isinstance(raised.value, StoreUnavailable) and "refunds" not in str(raised.value)
+        with pytest.raises(ElasticUnavailable):
+            index.passages(STAFF, ["doc.md@1#a"])
+    finally:
+        index.client.indices.delete(index=index.alias("acme"))
+
+
+def test_an_unreachable_elasticsearch_is_a_store_error_too(index: Any) -> None:
+    from conftest import free_port
+    from elasticsearch import Elasticsearch
+
+    from indexer.elastic import ElasticUnavailable
+
+    reachable = index._es  # the server "goes away" after the index was opened: a client to a closed port
+    index._es = Elasticsearch(f"http://127.0.0.1:{free_port()}", request_timeout=2, max_retries=0)
+    try:
+        with pytest.raises(ElasticUnavailable, match="could not be reached"):
+            index.search("refunds", STAFF, 10, 0.0)
+    finally:
+        index._es = reachable

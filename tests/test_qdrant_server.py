@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,27 @@ def test_one_collection_tenant_keyed_with_payload_only_acl_updates() -> None:
     finally:
         index.drop_all()
         index.close()
+
+
+def test_a_search_the_server_cannot_answer_is_a_one_line_store_error() -> None:
+    """The server goes away after the index was opened: a question fails with QdrantUnavailable (CLI
+    exit 1, API 503), never a traceback and never an answer from BM25 alone."""
+    require_service("qdrant")
+    import numpy as np
+    from qdrant_client import QdrantClient
+
+    from indexer.qdrant_server import QdrantVectorIndex
+    from schemas.principal import AccessFilter
+
+    collection = f"ragsync-gone-{free_port()}"
+    reachable = connect(QDRANT_URL)
+    index = QdrantVectorIndex(reachable, 4, collection=collection)
+    try:
+        index._client = QdrantClient(url=f"http://127.0.0.1:{free_port()}", timeout=2, check_compatibility=False)
+        access = AccessFilter("acme", ("group:staff",), datetime.now(UTC))
+        with pytest.raises(QdrantUnavailable, match="could not be reached") as raised:
+            index.search(np.ones(4, dtype=np.float32), access, 5, 0.0)
+        assert isinstance(raised.value, StoreUnavailable)
+    finally:
+        reachable.delete_collection(collection)
+        reachable.close()
