@@ -3,7 +3,9 @@
 Per document: an unchanged fingerprint and ACL costs no read; otherwise the content is fetched and
 hashed, and only a real content change becomes an upsert, only an ACL change an ACL event. State
 for a document is written after `publish` returned, so a failed publish (which propagates) leaves
-the document to be re-emitted, with the same version and event ID, by the next run.
+the document to be re-emitted by the next run. Under a new version: the failed event may have
+reached the log anyway (an acknowledgement lost in a broker restart), and two different events
+under one version would let the stale one win (ConnectorState.next_version says how).
 
 Deletes are the dangerous part: a document missing from the listing is deleted only when the
 listing is known to be complete (no connector error, no failed fetch). A permission hiccup or an
@@ -117,8 +119,13 @@ async def scan(
     fetch_failed = False
     pending: list[tuple[Event, DocRecord]] = []
 
+    def issued(rows: Sequence[tuple[Event, DocRecord]]) -> None:
+        """Spend the versions before publishing (state rows are keyed by the unqualified doc_id)."""
+        state.issue(source, [(row.tenant, row.doc_id, event.version) for event, row in rows])
+
     def emit(event: Event, row: DocRecord) -> None:
         if publish_many is None:
+            issued([(event, row)])
             publish(event)
             state.put(source, row)
             return
@@ -128,13 +135,14 @@ async def scan(
 
     def flush() -> None:
         if pending and publish_many is not None:
+            issued(pending)
             publish_many([event for event, _ in pending])
             for _, row in pending:
                 state.put(source, row)
             pending.clear()
 
     def delete(record: DocRecord, reason: str) -> None:
-        version = record.version + 1
+        version = state.next_version(source, record.tenant, record.doc_id, record.version)
         event = build_event(source, record.tenant, record.doc_id, version, DeletePayload(reason=reason), now())
         emit(event, replace(record, version=version, deleted=True))
         report.deletes += 1
@@ -146,8 +154,10 @@ async def scan(
             if record.acl == ():
                 report.unchanged += 1
                 continue
-            version = record.version + 1
-            publish(build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=()), now()))
+            version = state.next_version(source, record.tenant, record.doc_id, record.version)
+            locked = build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=()), now())
+            issued([(locked, record)])
+            publish(locked)
             state.put(source, replace(record, version=version, acl=()))
             report.acl_changes += 1
             report.locked += 1
@@ -176,7 +186,7 @@ async def scan(
         ):
             report.unchanged += 1
             continue
-        last_version = record.version if record is not None else 0
+        next_version = state.next_version(source, doc.tenant, doc.doc_id, record.version if record else 0)
         acl_changed = record_live is not None and record_live.acl != acl
         event: Event | None = None
         content_hash: str | None = None
@@ -199,7 +209,7 @@ async def scan(
                 if content.encoding is not None:
                     report.decoded.append(f"{doc.doc_id}: decoded as {content.encoding}")
                 payload = upsert_payload(doc, data, content_hash, acl, content=content)
-                event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, payload, now())
+                event = build_event(source, doc.tenant, doc.doc_id, next_version, payload, now())
                 size = len(event.model_dump_json().encode())
                 if size > max_event_bytes:
                     # Published, it would fail in the log (Kafka refuses it) and stop every later scan.
@@ -218,7 +228,7 @@ async def scan(
         if event is not None:
             report.upserts += 1
         elif acl_changed and record_live is not None:
-            event = build_event(source, doc.tenant, doc.doc_id, last_version + 1, AclPayload(acl=acl), now())
+            event = build_event(source, doc.tenant, doc.doc_id, next_version, AclPayload(acl=acl), now())
             report.acl_changes += 1
         else:
             assert record_live is not None

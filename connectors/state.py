@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,18 @@ CREATE TABLE IF NOT EXISTS sources (
     name TEXT PRIMARY KEY,
     location TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS connector_issued (
+    source TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (source, tenant, doc_id)
+);
 """
+# connector_issued: the highest version ever handed to the event log per document, written before
+# the publish. A publish that fails may still have reached the log (the broker wrote the records,
+# the acknowledgement was lost in a restart), so its versions are spent even though connector_docs
+# did not advance: see ConnectorState.next_version.
 
 
 class SourceConflict(ValueError):
@@ -144,6 +156,35 @@ class ConnectorState:
                 int(record.deleted),
             ),
         )
+
+    def next_version(self, source: str, tenant: str, doc_id: str, recorded: int) -> int:
+        """The version of the document's next event: above the recorded one and above any ever issued.
+
+        Reusing a version whose publish failed would be fail-open: if the failed event did reach the
+        log, two different events would carry one version. An upsert v5 with the old ACL and a
+        revoking ACL event v5 then freeze the old readers whichever is applied first (the later one
+        is stale against the version, or the upsert's ACL overwrites an equal-version ACL); an
+        edited text re-emitted as v5 would be dropped against the unacknowledged v5.
+        """
+        rows = self._all(
+            "SELECT version FROM connector_issued WHERE source = ? AND tenant = ? AND doc_id = ?",
+            (source, tenant, doc_id),
+        )
+        issued = int(rows[0][0]) if rows else 0
+        return max(recorded, issued) + 1
+
+    def issue(self, source: str, versions: Sequence[tuple[str, str, int]]) -> None:
+        """Record (tenant, doc_id, version) as handed to the log, in one transaction, before publishing."""
+        if not versions:
+            return
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT INTO connector_issued (source, tenant, doc_id, version) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (source, tenant, doc_id) DO UPDATE SET"
+                " version = max(version, excluded.version)",
+                [(source, tenant, doc_id, version) for tenant, doc_id, version in versions],
+            )
 
     def meta(self, source: str, key: str) -> str | None:
         """A per-source fact recorded by the last complete sync, e.g. the chunker its events were emitted for."""

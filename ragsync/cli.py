@@ -72,6 +72,10 @@ def main(ctx: click.Context, profile: str | None, home: Path | None, verbose: in
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if verbose < 2:
         logging.getLogger("ragsync.trace").setLevel(logging.WARNING)
+    if verbose == 0:
+        # kafka-python logs an ERROR per failed connection attempt while it retries; the event log
+        # turns the outcome into one line of its own (KafkaUnavailable), so the attempts show with -v
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     ctx.obj = {"profile": profile, "home": home}
 
 

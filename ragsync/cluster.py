@@ -53,16 +53,17 @@ class ClusterAdapters:
         secure_home(settings.home)  # 0700, and every file created in it 0600
 
     def events(self) -> EventLog:
-        from kafka.errors import KafkaConnectionError, KafkaTimeoutError
-
+        """Kafka, reached within kafka_connect_timeout_s or a one-line KafkaUnavailable (a StoreUnavailable)."""
         from streams.kafka_log import KafkaEventLog
 
         s = self.settings
-        try:
-            return KafkaEventLog(s.kafka_bootstrap, topic_prefix=s.kafka_topic_prefix, partitions=s.kafka_partitions)
-        except (KafkaTimeoutError, KafkaConnectionError) as exc:
-            # a broker down or restarting: one line and exit 1, never a traceback (a sync publishes nothing)
-            raise StoreUnavailable(f"Kafka at {s.kafka_bootstrap} is unreachable: {exc}") from exc
+        return KafkaEventLog(
+            s.kafka_bootstrap,
+            topic_prefix=s.kafka_topic_prefix,
+            partitions=s.kafka_partitions,
+            connect_timeout_s=s.kafka_connect_timeout_s,
+            delivery_timeout_s=s.kafka_delivery_timeout_s,
+        )
 
     def lexical(self) -> LexicalIndex:
         from indexer.elastic import ElasticLexicalIndex

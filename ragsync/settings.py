@@ -138,6 +138,11 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic_prefix: str = "ragsync."
     kafka_partitions: int = 3
+    kafka_connect_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a command waits to reach the broker (bootstrap, metadata) before its one-line error."""
+    kafka_delivery_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a published event may wait for the broker's acknowledgement, retries included (rides
+    out a broker restart); past it the publish fails and the event is not recorded as published."""
     es_url: str = "http://127.0.0.1:9200"
     es_index_prefix: str = "ragsync"
     es_bm25_k1: float = 1.2

@@ -82,7 +82,8 @@ def sync(
 
     \b
     Exit status: 0 synced; 3 synced, but some documents could not be read (listed; nothing
-    was deleted); 2 bad usage.
+    was deleted); 2 bad usage; 1 a store unreachable, e.g. Kafka down (kafka_connect_timeout_s) or
+    events not acknowledged: those are not recorded as synced, and the next sync sends them again.
     """
     from connectors.base import SourceConnector
     from connectors.drive import DriveConnector
