@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
+
 from query.extractive import ExtractiveModel  # noqa: E402
 from query.ports import TOOL_SUBMIT, ModelTurn, ToolCall  # noqa: E402
 from query.worker import QueryWorker, default_as_of  # noqa: E402
@@ -41,7 +43,6 @@ from ragsync.settings import Settings  # noqa: E402
 from ragsync.wiring import build_embedded  # noqa: E402
 from schemas._time import to_utc  # noqa: E402
 
-SETS = ("python-manual", "git-doc", "flex-doc")
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -70,10 +71,7 @@ class _Capture:
 def score_set(
     name: str, variant: str, model_path: Path, homes: Path | None = None, min_meaning: float | None = None
 ) -> list[Scored]:
-    base = ROOT / "eval" / name / "build" / variant
-    home = homes / f"home-{name}" if homes is not None else base / "home"
-    if not home.is_dir():
-        sys.exit(f"no home at {home}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
+    base, home = set_paths(name, variant, homes)
     settings = Settings(home=home, embed_model_path=model_path, session_secret="calibrate-" + "x" * 24)
     components = build_embedded(settings)
     try:
@@ -130,12 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", choices=("full", "ci"), default="full")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-calibration[-ci].json")
-    parser.add_argument(
-        "--homes",
-        type=Path,
-        default=None,
-        help="a folder holding home-<set> per set (another model's homes); default eval/<set>/build/<variant>/home",
-    )
+    add_homes_option(parser)
     parser.add_argument(
         "--min-meaning",
         type=float,
@@ -143,8 +136,8 @@ def main() -> None:
         help="the model's meaning gate for this run (another model's cosines sit on another scale)",
     )
     args = parser.parse_args()
-    model_path = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
-    rows = {name: score_set(name, args.variant, model_path, args.homes, args.min_meaning) for name in SETS}
+    model = embed_model_path()
+    rows = {name: score_set(name, args.variant, model, args.homes, args.min_meaning) for name in SETS}
     highest = {name: _max_abstain(r) for name, r in rows.items()}
     excess = {name: round(highest[name] - max(v for other, v in highest.items() if other != name), 4) for name in SETS}
     top = max(highest.values())

@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
+
 from query.rerank import SentenceReranker  # noqa: E402
 from query.retrieval import Ranking, RetrievalSettings, Retriever  # noqa: E402
 from query.rrf import fuse  # noqa: E402
@@ -50,7 +52,6 @@ from ragsync.wiring import Components, build_embedded  # noqa: E402
 from schemas.passages import Passage  # noqa: E402
 from schemas.principal import AccessFilter  # noqa: E402
 
-SETS = ("python-manual", "git-doc", "flex-doc")
 RESULTS = ROOT / "bench" / "results"
 LOOP_KEYS = ("answer_rate", "grounded_answer_rate", "abstain_rate", "searches_per_question")
 LEGACY_K = 10
@@ -137,10 +138,7 @@ def summary(report: dict[str, Any], rank_ms: list[float]) -> dict[str, Any]:
 
 
 def run_set(name: str, variant: str, model_path: Path, homes: Path | None = None) -> dict[str, Any]:
-    base = ROOT / "eval" / name / "build" / variant
-    home = homes / f"home-{name}" if homes is not None else base / "home"
-    if not home.is_dir():
-        sys.exit(f"no home at {home}: run eval/{name}/run.sh{' --ci' if variant == 'ci' else ''} first")
+    base, home = set_paths(name, variant, homes)
     questions = load_questions(base / "questions.jsonl")
     settings = Settings(home=home, embed_model_path=model_path, session_secret="bench-ranking-" + "x" * 20)
     components = build_embedded(settings)
@@ -187,14 +185,9 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
     parser.add_argument("--variant", choices=("full", "ci"), default="full")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/ranking[-ci].json")
-    parser.add_argument(
-        "--homes",
-        type=Path,
-        default=None,
-        help="a folder holding home-<set> per set (another model's homes); default eval/<set>/build/<variant>/home",
-    )
+    add_homes_option(parser)
     args = parser.parse_args()
-    model = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx"))
+    model = embed_model_path()
     started = time.perf_counter()
     sets = {name: run_set(name, args.variant, model, args.homes) for name in args.sets}
     report = {
