@@ -141,24 +141,10 @@ class EmbeddedWorker:
             if self.tracker is not None:
                 for record, event in decoded:
                     self.tracker.consumed(record, event)  # effective from here on, before any store write
-            done: list[Record] = []
-            entries: list[AppliedEntry] = []
-            applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
-            for record, event in decoded:
-                try:
-                    reason, result = self._apply_with_retries(record, event, {})
-                except Exception:
-                    self._commit(REVOCATION_TOPICS, done, entries, applied)  # each topic's done records are a prefix
-                    raise
-                if reason is not None:
-                    self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
-                entries.append(_entry(record, event, result))
-                done.append(record)
-                applied.append((record, event, result))
-            self._commit(REVOCATION_TOPICS, done, entries, applied)
-            done_total += len(done)
+            count = self._apply_and_commit(REVOCATION_TOPICS, decoded, {})
+            done_total += count
             if progress:
-                progress(len(done))
+                progress(count)
 
     def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
         decoded = [try_decode(record) for record in records]
@@ -173,25 +159,40 @@ class EmbeddedWorker:
                 self.events.rewind(topic, self.group)
                 self.preemptions += 1
                 return None
+        pairs = list(zip(records, decoded, strict=True))
+        return self._apply_and_commit((topic,), pairs, vectors, yield_to_revocations=topic == TOPIC_DOCUMENTS)
+
+    def _apply_and_commit(
+        self,
+        topics: tuple[str, ...],
+        pairs: list[tuple[Record, Event | InvalidEvent]],
+        vectors: dict[str, Vectors],
+        *,
+        yield_to_revocations: bool = False,
+    ) -> int:
+        """Apply records in order, dead-letter the ones that cannot be, then make them durable and
+        commit them in one go; how many were applied. With `yield_to_revocations`, an upsert batch
+        stops as soon as a revocation waits: what was applied is committed, the rest polled again."""
         done: list[Record] = []
         entries: list[AppliedEntry] = []
         applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
-        for record, event in zip(records, decoded, strict=True):
-            if topic == TOPIC_DOCUMENTS and done and self.revocations_pending():
+        for record, event in pairs:
+            if yield_to_revocations and done and self.revocations_pending():
                 self.preemptions += 1
-                break  # commit what was applied; the rest of the batch is polled again
+                break
             try:
                 reason, result = self._apply_with_retries(record, event, vectors)
             except Exception:
-                # Acknowledge what was applied before the failing record; it stays uncommitted.
-                self._commit((topic,), done, entries, applied)
+                # Acknowledge what was applied before the failing record (per topic, a prefix of what
+                # was polled); the failing record and the rest stay uncommitted.
+                self._commit(topics, done, entries, applied)
                 raise
             if reason is not None:
                 self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
             entries.append(_entry(record, event, result))
             done.append(record)
             applied.append((record, event, result))
-        self._commit((topic,), done, entries, applied)
+        self._commit(topics, done, entries, applied)
         return len(done)
 
     def _apply_with_retries(
