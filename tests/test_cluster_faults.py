@@ -168,6 +168,27 @@ def revoke_and_publish(d: Deployment) -> dict[str, Any]:
     return d.sync()
 
 
+def outage(services: PrivateServices, stop: Callable[[str], Any], service: str, seconds: float) -> Fault:
+    """A store outage: `stop(service)`, the revocation and deletions published while it is out, and the
+    service started again on its data `seconds` after it stopped."""
+
+    def fault(d: Deployment) -> dict[str, Any]:
+        t0 = time.time()
+        stop(service)
+        outcome = revoke_and_publish(d)
+        assert outcome["exit"] == 0, outcome
+        time.sleep(max(0.0, t0 + seconds - time.time()))
+        restart_s = services.up(service, keep=True)
+        return {
+            "fault_started": t0,
+            "fault_ended": time.time(),
+            "published_at": outcome["returned"],
+            "restart_s": round(restart_s, 1),
+        }
+
+    return fault
+
+
 # ---- the faults ------------------------------------------------------------------------------------
 
 
@@ -226,21 +247,7 @@ def test_restart_the_kafka_broker_during_ingest(services: PrivateServices, tmp_p
 def test_stop_elasticsearch_for_30s_during_ingest(services: PrivateServices, tmp_path: Path) -> None:
     """Elasticsearch (lexical index, doc state, deletion audit) is stopped for 30 s, then started on its data."""
 
-    def fault(d: Deployment) -> dict[str, Any]:
-        t0 = time.time()
-        services.down("elasticsearch")
-        outcome = revoke_and_publish(d)
-        assert outcome["exit"] == 0, outcome
-        time.sleep(max(0.0, t0 + 30 - time.time()))
-        restart_s = services.up("elasticsearch", keep=True)
-        return {
-            "fault_started": t0,
-            "fault_ended": time.time(),
-            "published_at": outcome["returned"],
-            "restart_s": round(restart_s, 1),
-        }
-
-    run_scenario(services, tmp_path, "elasticsearch-stop", fault)
+    run_scenario(services, tmp_path, "elasticsearch-stop", outage(services, services.down, "elasticsearch", 30))
 
 
 @pytest.mark.timeout(600)
@@ -248,16 +255,7 @@ def test_stop_redis_during_ingest(services: PrivateServices, tmp_path: Path) -> 
     """Redis (result cache and its generations, the shared embedding cache) stops for 10 s and comes back on
     its append-only file, as compose/docker-compose.yml runs it: the cached answers of before are back too."""
 
-    def fault(d: Deployment) -> dict[str, Any]:
-        t0 = time.time()
-        services.down("redis")
-        outcome = revoke_and_publish(d)
-        assert outcome["exit"] == 0, outcome
-        time.sleep(max(0.0, t0 + 10 - time.time()))
-        services.up("redis", keep=True)
-        return {"fault_started": t0, "fault_ended": time.time(), "published_at": outcome["returned"]}
-
-    run_scenario(services, tmp_path, "redis-stop", fault)
+    run_scenario(services, tmp_path, "redis-stop", outage(services, services.down, "redis", 10))
 
 
 @pytest.mark.timeout(600)
@@ -265,13 +263,4 @@ def test_kill_the_qdrant_server_during_ingest(services: PrivateServices, tmp_pat
     """The Qdrant server is SIGKILLed (tests/test_qdrant_restart.py does the same without revocations) and
     started again on its storage 5 s later."""
 
-    def fault(d: Deployment) -> dict[str, Any]:
-        t0 = time.time()
-        services.kill("qdrant")
-        outcome = revoke_and_publish(d)
-        assert outcome["exit"] == 0, outcome
-        time.sleep(max(0.0, t0 + 5 - time.time()))
-        services.up("qdrant", keep=True)
-        return {"fault_started": t0, "fault_ended": time.time(), "published_at": outcome["returned"]}
-
-    run_scenario(services, tmp_path, "qdrant-kill", fault)
+    run_scenario(services, tmp_path, "qdrant-kill", outage(services, services.kill, "qdrant", 5))
