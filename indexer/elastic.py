@@ -302,18 +302,26 @@ class ElasticLexicalIndex:
 
     def _load_or_create(self, tenant: str, alias: str, chunker_versions: set[str]) -> set[str]:
         if not self._es.indices.exists_alias(name=alias):
+            index = self.index_name(tenant)
+            created = False
             try:
                 self._es.indices.create(
-                    index=self.index_name(tenant),
-                    aliases={alias: {"is_write_index": True}},
+                    index=index,
                     settings=passage_settings(self.k1, self.b),
                     mappings=passage_mapping(self.prefix, tenant, sorted(chunker_versions)),
                 )
-                return set(chunker_versions)
+                created = True
             except BadRequestError as exc:
                 if exc.error != "resource_already_exists_exception":
                     raise
-                # another writer created it concurrently: fall through and read its _meta
+                # another writer created it (or one crashed before its alias): read its _meta below
+            # The alias is what readers search, so it is added only once the index's shards have
+            # started: an index created with its alias is visible to a reader in another process
+            # before its primary starts, and a search then fails 503 (all shards failed).
+            self._es.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
+            self._es.indices.put_alias(index=index, name=alias, is_write_index=True)
+            if created:
+                return set(chunker_versions)
         mapping = self._es.indices.get_mapping(index=alias)
         if any(
             field not in body["mappings"].get("properties", {})

@@ -334,3 +334,20 @@ def test_an_unreachable_elasticsearch_is_a_store_error_too(index: Any) -> None:
             index.search("refunds", STAFF, 10, 0.0)
     finally:
         index._es = reachable
+
+
+def test_an_index_left_without_its_alias_gets_it_and_is_used(index: Any) -> None:
+    """Readers search the alias, which the adapter adds only once the index's shards have started; a writer
+    that crashed between the two leaves the index alone, and the next write adds the alias and uses it."""
+    from indexer.elastic import passage_mapping, passage_settings
+
+    index.client.indices.create(  # as a writer that crashed before adding the alias left it
+        index=index.index_name("acme"),
+        settings=passage_settings(index.k1, index.b),
+        mappings=passage_mapping(index.prefix, "acme", ["test"]),
+    )
+    assert not index.client.indices.exists_alias(name=index.alias("acme"))
+    assert index.search("refunds", STAFF, 10, 0.0) == []  # no alias yet: nothing to read, no error
+    index.upsert([make_passage("Refunds are issued within 30 days.", anchor="r-1")])
+    assert index.client.indices.exists_alias(name=index.alias("acme"))
+    assert ids(index.search("refunds", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
