@@ -8,7 +8,8 @@ cache confirmed the event. So "effective" waits for neither an index refresh nor
 Semantics, per passage of document d at version pv, for a principal with ACL entries E:
 - a DELETED entry at version V denies the passage when pv <= V (a later re-creation is not denied);
 - an ACL entry at version V with ACL A denies it unless A grants one of E (the new ACL, applied
-  early). An entry can only narrow what the stores return, never widen it.
+  early), and denies it to every question as of an instant before the entry (a reader the change
+  adds may read only from then on). An entry can only narrow what the stores return, never widen it.
 Clearing is conditional on the version (`clear(..., up_to_version)`), so a newer entry written
 while an older event was being applied survives the older one's confirmation.
 
@@ -79,7 +80,10 @@ def denies(entry: DenyEntry, passage: Passage, access: AccessFilter) -> bool:
         return False
     if entry.kind is DenyKind.DELETED:
         return passage.version <= entry.version
-    return not set(entry.acl) & set(access.entries)
+    # The new ACL, applied early: it may drop the principal, and until the stores hold its grant
+    # instants, a question as of an instant before it cannot tell a reader it adds (readable only
+    # from now on, indexer.grants) from one it keeps, so the past is closed to all meanwhile.
+    return not set(entry.acl) & set(access.entries) or access.as_of < entry.since.replace(microsecond=0)
 
 
 def apply_deny(passages: Sequence[Passage], entries: Sequence[DenyEntry], access: AccessFilter) -> list[Passage]:

@@ -46,11 +46,12 @@ from typing import Any
 
 from elasticsearch import ApiError, BadRequestError, Elasticsearch, TransportError
 
-from indexer.payload import doc_to_passage, iso, passage_to_doc
+from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, since_text, since_token
 from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage, StoreUnavailable
 from indexer.text import query_terms
+from schemas._time import to_epoch_ms
 from schemas.passages import Passage
-from schemas.principal import AccessFilter
+from schemas.principal import AccessFilter, since_key
 
 log = logging.getLogger(__name__)
 
@@ -167,14 +168,31 @@ def _open_at(field: str, at: str) -> dict[str, Any]:
 
 
 def access_query(access: AccessFilter) -> list[dict[str, Any]]:
-    """Tenant, ACL entries and as-of instant: `bool.filter` clauses of every search."""
+    """Tenant, entries granted as of the instant, validity at the instant: `bool.filter` clauses of
+    every search. An entry matches unless its grant instant (`acl_since.<key>`, fixed-width text in a
+    `flattened` field; absent: from the beginning) is later (schemas.principal.grants_allow)."""
     as_of = iso(access.as_of)
+    later = {"gt": since_token(to_epoch_ms(access.as_of)), "lte": SINCE_MAX}
+    granted = [
+        {
+            "bool": {
+                "filter": [{"term": {"acl": entry}}],
+                "must_not": [{"range": {f"acl_since.{since_key(entry)}": later}}],
+            }
+        }
+        for entry in access.entries
+    ]
     return [
         {"term": {"tenant": access.tenant}},
         {"terms": {"acl": list(access.entries)}},
+        {"bool": {"should": granted, "minimum_should_match": 1}},
         {"range": {"effective_from": {"lte": as_of}}},
         _open_at("superseded_on", as_of),
     ]
+
+
+SINCE_MAX = "9" * 17
+"""Upper bound of every grant instant token (a range on a keyed `flattened` field needs both bounds)."""
 
 
 def _keyword(**extra: Any) -> dict[str, Any]:
@@ -206,7 +224,11 @@ def passage_mapping(prefix: str, tenant: str, chunker_versions: Sequence[str]) -
     }
 
 
-_SEARCH_FIELDS_ADDED: dict[str, Any] = {"title_text": {"type": "text", "analyzer": "standard"}}
+_SEARCH_FIELDS_ADDED: dict[str, Any] = {
+    "title_text": {"type": "text", "analyzer": "standard"},
+    "acl_since": {"type": "flattened"},
+    "acl_entries_since": {"type": "object", "enabled": False},
+}
 """Searchable fields added after generation 1 was created: put into existing mappings on first use."""
 
 
@@ -508,8 +530,10 @@ class ElasticLexicalIndex:
         if ids:
             self._bulk([{"delete": {"_index": alias, "_id": i}} for i in ids], refresh=True)
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
-        """Partial-document update of `acl` on every version; `retry_on_conflict` absorbs a racing write."""
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
+        """Partial-document update of `acl` and its grant instants on every version; `retry_on_conflict`
+        absorbs a racing write. A partial update merges objects, so the instants of entries no longer
+        in `acl` may stay in `acl_since`: harmless, the filter requires the entry in `acl` as well."""
         if not self._alias_exists(tenant):
             return
         alias = self.alias(tenant)
@@ -518,7 +542,15 @@ class ElasticLexicalIndex:
             ops: list[dict[str, Any]] = []
             for h in self._passages(alias, filters):
                 ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
-                ops.append({"doc": {"acl": list(acl)}})
+                ops.append(
+                    {
+                        "doc": {
+                            "acl": list(acl),
+                            "acl_since": since_text(since),
+                            "acl_entries_since": {e: iso(t) for e, t in sorted(since.items())},
+                        }
+                    }
+                )
             if not ops or not self._bulk(ops, refresh=True):
                 return
         raise ElasticWriteError(f"set_acl {tenant}/{doc_id}: still conflicting after {WRITE_ATTEMPTS} attempts")
@@ -657,7 +689,7 @@ class ElasticLexicalIndex:
                 query={"bool": {"filter": self._doc_filters(tenant, doc_id)}},
                 size=PAGE_SIZE,
                 sort=[{"passage_id": "asc"}],
-                source_includes=["passage_id", "version", "acl"],
+                source_includes=["passage_id", "version", "acl", "acl_since"],
                 search_after=after,
                 ignore_unavailable=True,
                 allow_no_indices=True,
@@ -667,7 +699,9 @@ class ElasticLexicalIndex:
                 src = h["_source"]
                 acl = src.get("acl") or []
                 entries = tuple(sorted([acl] if isinstance(acl, str) else acl))
-                out.append(StoredPassage(src["passage_id"], int(src["version"]), entries))
+                since = src.get("acl_since") or {}
+                pairs = tuple((e, int(since[since_key(e)]) - SINCE_OFFSET) for e in entries if since_key(e) in since)
+                out.append(StoredPassage(src["passage_id"], int(src["version"]), entries, pairs))
             if len(hits) < PAGE_SIZE:
                 return out
             after = hits[-1]["sort"]

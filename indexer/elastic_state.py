@@ -29,7 +29,7 @@ from elasticsearch import BadRequestError, ConflictError, Elasticsearch, NotFoun
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.elastic import check_prefix, connect
-from indexer.ports import DeletionRecord, DocState, PurgeRecord
+from indexer.ports import DeletionRecord, DocState, PurgeRecord, grants_json, with_grants_json
 from indexer.propagation import PropagationRecord, from_row, to_row
 from schemas._time import from_epoch_ms, to_epoch_ms
 
@@ -63,7 +63,7 @@ def state_id(tenant: str, doc_id: str) -> str:
 
 
 def _state(src: dict[str, Any]) -> DocState:
-    return DocState(
+    state = DocState(
         tenant=src["tenant"],
         doc_id=src["doc_id"],
         applied_version=int(src["applied_version"]),
@@ -76,6 +76,7 @@ def _state(src: dict[str, Any]) -> DocState:
         passage_ids=list(src.get("passage_ids") or []),
         tombstone_version=src.get("tombstone_version"),
     )
+    return with_grants_json(state, src.get("grants"))
 
 
 class ElasticDocStates:
@@ -102,10 +103,13 @@ class ElasticDocStates:
                 "chunker_version": {"type": "keyword"},
                 "passage_ids": _STORED_ONLY,
                 "tombstone_version": {"type": "long"},
+                "grants": _STORED_ONLY,
             },
         )
-        # Indexes created before the field existed (the mapping is strict): add it.
-        self._es.indices.put_mapping(index=self.index, properties={"tombstone_version": {"type": "long"}})
+        # Indexes created before the fields existed (the mapping is strict): add them.
+        self._es.indices.put_mapping(
+            index=self.index, properties={"tombstone_version": {"type": "long"}, "grants": _STORED_ONLY}
+        )
 
     def get(self, tenant: str, doc_id: str) -> DocState | None:
         try:
@@ -137,7 +141,9 @@ class ElasticDocStates:
             after = hits[-1]["sort"]
 
     def put(self, state: DocState) -> None:
-        doc = {f.name: getattr(state, f.name) for f in fields(DocState)}
+        skip = {"acl_since", "acl_since_version", "acl_changed_at"}
+        doc = {f.name: getattr(state, f.name) for f in fields(DocState) if f.name not in skip}
+        doc["grants"] = grants_json(state)
         doc["acl"] = list(state.acl)
         doc["passage_ids"] = list(state.passage_ids)
         # No refresh wait: every read of a state is a real-time GET by ID, and a revocation or deletion

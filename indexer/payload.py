@@ -10,12 +10,14 @@ validity is stored as an absent `superseded_on`, which both stores can test for.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from indexer.ports import VectorHit
-from schemas._time import to_utc
+from indexer.ports import StoredPassage, VectorHit
+from schemas._time import to_epoch_ms, to_utc
 from schemas.passages import Passage
+from schemas.principal import since_key
 
 _POINT_NAMESPACE = uuid.UUID("6f1c1f2e-8d1b-4a8e-9a57-0d3c2b7f5e10")
 
@@ -29,6 +31,25 @@ def iso(value: datetime) -> str:
     return to_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def since_ms(passage_since: Mapping[str, datetime]) -> dict[str, int]:
+    """Grant instants keyed by `since_key(entry)` (epoch ms): what a vector store's filter compares."""
+    return {since_key(e): to_epoch_ms(t) for e, t in sorted(passage_since.items())}
+
+
+SINCE_OFFSET = 2**53
+"""Added to epoch ms before they are written as fixed-width text, so instants before 1970 still sort."""
+
+
+def since_text(passage_since: Mapping[str, datetime]) -> dict[str, str]:
+    """Grant instants keyed by `since_key(entry)`, as fixed-width text that sorts as the instants do
+    (Elasticsearch's `flattened` type compares its values as keywords)."""
+    return {since_key(e): since_token(to_epoch_ms(t)) for e, t in sorted(passage_since.items())}
+
+
+def since_token(ms: int) -> str:
+    return f"{ms + SINCE_OFFSET:017d}"
+
+
 def passage_to_doc(passage: Passage) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "passage_id": passage.passage_id,
@@ -37,6 +58,8 @@ def passage_to_doc(passage: Passage) -> dict[str, Any]:
         "anchor": passage.anchor,
         "tenant": passage.tenant,
         "acl": list(passage.acl),
+        "acl_since": since_text(passage.acl_since),
+        "acl_entries_since": {e: iso(t) for e, t in sorted(passage.acl_since.items())},
         "effective_from": iso(passage.effective_from),
         "heading_path": list(passage.heading_path),
         "title": passage.title,
@@ -57,11 +80,20 @@ def passage_to_point(passage: Passage) -> dict[str, Any]:
         "version": passage.version,
         "tenant": passage.tenant,
         "acl": list(passage.acl),
+        "acl_since": since_ms(passage.acl_since),
         "effective_from": iso(passage.effective_from),
     }
     if passage.superseded_on is not None:
         doc["superseded_on"] = iso(passage.superseded_on)
     return doc
+
+
+def stored_passage(payload: Mapping[str, Any]) -> StoredPassage:
+    """What a vector store holds for a point's permission filter, for `ragsync verify`."""
+    acl = sorted(payload.get("acl") or [])
+    since = payload.get("acl_since") or {}
+    pairs = tuple((e, int(since[since_key(e)])) for e in acl if since_key(e) in since)
+    return StoredPassage(str(payload["passage_id"]), int(payload["version"]), tuple(acl), pairs)
 
 
 def point_to_hit(payload: dict[str, Any], score: float) -> VectorHit:
@@ -77,6 +109,7 @@ def doc_to_passage(doc: dict[str, Any]) -> Passage:
             "anchor": doc["anchor"],
             "tenant": doc["tenant"],
             "acl": doc.get("acl") or [],
+            "acl_since": {e: t for e, t in (doc.get("acl_entries_since") or {}).items() if e in (doc.get("acl") or [])},
             "effective_from": doc["effective_from"],
             "superseded_on": doc.get("superseded_on"),
             "heading_path": doc.get("heading_path") or [],

@@ -1,14 +1,16 @@
 """Ports of the indexer's stores. Every adapter passes one contract suite per port (tests/contract).
 
 Search methods take an AccessFilter and must apply it *inside* the store query: tenant, ACL
-entries and the as-of instant (effective_from <= as_of < superseded_on). A hit that the filter
-excludes must never be scored by a ranker, cached or returned.
+entries granted as of the instant (an entry of `acl` whose `acl_since` is at or before it, see
+schemas.principal.grants_allow) and validity at the instant (effective_from <= as_of < superseded_on).
+A hit that the filter excludes must never be scored by a ranker, cached or returned.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -16,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from indexer.audit_chain import ChainRecord
+from indexer.grants import Grants
+from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -53,6 +57,8 @@ class StoredPassage:
     passage_id: str
     version: int
     acl: tuple[str, ...]  # sorted; the entries the store's permission filter actually matches
+    since: tuple[tuple[str, int], ...] = ()
+    """(entry, epoch ms) pairs of the grant instants the filter compares, sorted by entry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +100,8 @@ class LexicalIndex(Protocol):
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         """Close the validity of every passage of versions < before_version that is open past the instant."""
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
-        """Replace the ACL on every passage (every version) of the document."""
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
+        """Replace the ACL and its grant instants on every passage (every version) of the document."""
 
     def delete_doc(self, tenant: str, doc_id: str) -> None: ...
 
@@ -136,7 +142,7 @@ class VectorIndex(Protocol):
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None: ...
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None: ...
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None: ...
 
     def delete_doc(self, tenant: str, doc_id: str) -> None: ...
 
@@ -215,6 +221,55 @@ class DocState:
     tombstone_version: int | None = None
     """The newest delete applied: every version at or below it is dead for good, even once the
     document is re-created, so a late upsert of deleted content can never bring it back."""
+    acl_since: dict[str, datetime] = field(default_factory=dict)
+    """When each entry of `acl` was granted without a break since (indexer.grants)."""
+    acl_since_version: dict[str, int] = field(default_factory=dict)
+    acl_changed_at: datetime | None = None
+    """When the document's ACL last changed: no later grant may take effect before it."""
+
+    def grants(self) -> Grants:
+        return Grants(
+            tuple(self.acl),
+            dict(self.acl_since),
+            dict(self.acl_since_version),
+            self.acl_changed_at,
+            self.acl_version or 0,
+        )
+
+    def with_grants(self, grants: Grants) -> DocState:
+        return replace(
+            self,
+            acl=grants.acl,
+            acl_since=dict(grants.since),
+            acl_since_version=dict(grants.since_version),
+            acl_changed_at=grants.changed_at,
+        )
+
+
+def grants_json(state: DocState) -> str:
+    """The grant instants of a state as the doc-state stores keep them (one JSON value)."""
+    return json.dumps(
+        {
+            "since": {e: to_epoch_ms(t) for e, t in sorted(state.acl_since.items())},
+            "since_version": dict(sorted(state.acl_since_version.items())),
+            "changed_at": to_epoch_ms(state.acl_changed_at) if state.acl_changed_at is not None else None,
+        },
+        separators=(",", ":"),
+    )
+
+
+def with_grants_json(state: DocState, raw: str | None) -> DocState:
+    """A state read back with its grants. One written before grants existed has none: its stores
+    admit its entries from the beginning, as before, until the document's next event grants each
+    entry from that event's instant (indexer.grants.regrant), which only narrows."""
+    if not raw:
+        return state
+    data = json.loads(raw)
+    state.acl_since = {str(e): from_epoch_ms(int(ms)) for e, ms in data.get("since", {}).items()}
+    state.acl_since_version = {str(e): int(v) for e, v in data.get("since_version", {}).items()}
+    changed = data.get("changed_at")
+    state.acl_changed_at = from_epoch_ms(int(changed)) if changed is not None else None
+    return state
 
 
 class DocStateStore(Protocol):

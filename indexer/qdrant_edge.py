@@ -27,17 +27,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import qdrant_edge as q
 
-from indexer.payload import iso, passage_to_point, point_id, point_to_hit
+from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
 from indexer.ports import StoredPassage, VectorHit, Vectors
+from schemas._time import to_epoch_ms
 from schemas.passages import Passage
-from schemas.principal import AccessFilter
+from schemas.principal import AccessFilter, since_key
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,24 @@ def _open_after(instant: str) -> q.Filter:
 
 
 def access_filter(access: AccessFilter) -> q.Filter:
+    """Tenant, validity and an entry granted as of the instant (schemas.principal.grants_allow): an
+    entry matches unless its grant instant (`acl_since.<key>`, absent: from the beginning) is later."""
     as_of = iso(access.as_of)
+    as_of_ms = float(to_epoch_ms(access.as_of))
+    granted: list[Any] = [
+        q.Filter(
+            must=[q.FieldCondition("acl", match=q.MatchValue(entry))],
+            must_not=[q.FieldCondition(f"acl_since.{since_key(entry)}", range=q.RangeFloat(gt=as_of_ms))],
+        )
+        for entry in access.entries
+    ]
     return q.Filter(
         must=[
             q.FieldCondition("tenant", match=q.MatchValue(access.tenant)),
             q.FieldCondition("acl", match=q.MatchAny(list(access.entries))),
             q.FieldCondition("effective_from", range=q.RangeDateTime(lte=as_of)),
             _open_after(as_of),
+            q.Filter(should=granted),
         ]
     )
 
@@ -156,8 +168,10 @@ class EdgeVectorIndex:
         )
         self._update(q.UpdateOperation.set_payload_by_filter(flt, {"superseded_on": at}), 0)
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
-        self._update(q.UpdateOperation.set_payload_by_filter(_doc_filter(tenant, doc_id), {"acl": list(acl)}), 0)
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
+        # One set_payload replaces both keys; `acl_since` is replaced whole (a nested object is not merged).
+        payload = {"acl": list(acl), "acl_since": since_ms(since)}
+        self._update(q.UpdateOperation.set_payload_by_filter(_doc_filter(tenant, doc_id), payload), 0)
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:
         self._update(q.UpdateOperation.delete_points_by_filter(_doc_filter(tenant, doc_id)))
@@ -232,7 +246,7 @@ class EdgeVectorIndex:
                 points, offset = self._shard.scroll(request)
             for point in points:
                 payload = dict(point.payload or {})
-                out.append(StoredPassage(payload["passage_id"], int(payload["version"]), tuple(sorted(payload["acl"]))))
+                out.append(stored_passage(payload))
             if offset is None or not points:
                 return sorted(out, key=lambda s: s.passage_id)
 

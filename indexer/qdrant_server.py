@@ -33,7 +33,7 @@ import contextlib
 import importlib.metadata
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,11 @@ import httpx
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from indexer.payload import iso, passage_to_point, point_id, point_to_hit
+from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
 from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
+from schemas._time import to_epoch_ms
 from schemas.passages import Passage
-from schemas.principal import AccessFilter
+from schemas.principal import AccessFilter, since_key
 
 _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {
     "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
@@ -138,13 +139,24 @@ def _doc_filter(tenant: str, doc_id: str, *extra: models.Condition) -> models.Fi
 
 
 def access_filter(access: AccessFilter) -> models.Filter:
+    """Tenant, validity and an entry granted as of the instant (schemas.principal.grants_allow): an
+    entry matches unless its grant instant (`acl_since.<key>`, absent: from the beginning) is later."""
     as_of = iso(access.as_of)
+    as_of_ms = float(to_epoch_ms(access.as_of))
+    granted: list[models.Condition] = [
+        models.Filter(
+            must=[_match("acl", entry)],
+            must_not=[models.FieldCondition(key=f"acl_since.{since_key(entry)}", range=models.Range(gt=as_of_ms))],
+        )
+        for entry in access.entries
+    ]
     return models.Filter(
         must=[
             _match("tenant", access.tenant),
             models.FieldCondition(key="acl", match=models.MatchAny(any=list(access.entries))),
             models.FieldCondition(key="effective_from", range=models.DatetimeRange(lte=as_of)),
             _open_at(as_of),
+            models.Filter(should=granted),
         ]
     )
 
@@ -240,11 +252,11 @@ class QdrantVectorIndex:
         with self._guard():
             self._client.set_payload(self.collection, payload={"superseded_on": at}, points=flt, wait=True)
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
+        # `acl_since` is replaced whole: set_payload overwrites a top-level key, it does not merge into it.
+        payload = {"acl": list(acl), "acl_since": since_ms(since)}
         with self._guard():
-            self._client.set_payload(
-                self.collection, payload={"acl": list(acl)}, points=_doc_filter(tenant, doc_id), wait=True
-            )
+            self._client.set_payload(self.collection, payload=payload, points=_doc_filter(tenant, doc_id), wait=True)
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:
         selector = models.FilterSelector(filter=_doc_filter(tenant, doc_id))
@@ -356,7 +368,7 @@ class QdrantVectorIndex:
                 )
             for point in points:
                 payload = dict(point.payload or {})
-                out.append(StoredPassage(payload["passage_id"], int(payload["version"]), tuple(sorted(payload["acl"]))))
+                out.append(stored_passage(payload))
             if offset is None or not points:
                 return sorted(out, key=lambda s: s.passage_id)
 

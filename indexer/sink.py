@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document, chunk_extracted
+from indexer.grants import NONE, Grants, overtaken, regrant, restart
 from indexer.payload import point_id
 from indexer.ports import (
     Cache,
@@ -97,6 +98,11 @@ def is_stale(event: Event, state: DocState | None) -> bool:
     if event.kind is EventKind.ACL:
         return state.acl_version is not None and event.version <= state.acl_version
     return False
+
+
+def _access(grants: Grants) -> tuple[tuple[str, ...], tuple[tuple[str, datetime], ...]]:
+    """What the stores filter on: the ACL and its grant instants (not the watermark)."""
+    return tuple(sorted(grants.acl)), tuple(sorted(grants.since.items()))
 
 
 def tombstone_of(state: DocState) -> int | None:
@@ -186,6 +192,7 @@ class IndexSink:
         received_at = self.clock()
         state = self.docs.get(event.tenant, event.doc_id)
         if is_stale(event, state):
+            self._overtaken(event, state)
             return ApplyResult(Outcome.STALE, event)
         payload = event.payload
         if isinstance(payload, UpsertPayload):
@@ -214,8 +221,10 @@ class IndexSink:
             self._chunks[key] = chunks
         return chunks
 
-    def passages_for(self, event: Event, payload: UpsertPayload, acl: tuple[str, ...] | None = None) -> list[Passage]:
+    def passages_for(self, event: Event, payload: UpsertPayload, grants: Grants | None = None) -> list[Passage]:
         effective_from = self.effective_from(event, payload)
+        if grants is None:  # for embedding only: the ACL is not part of what is embedded
+            grants = Grants(tuple(payload.acl))
         return [
             Passage(
                 passage_id=make_passage_id(event.doc_id, event.version, chunk.anchor),
@@ -223,7 +232,8 @@ class IndexSink:
                 version=event.version,
                 anchor=chunk.anchor,
                 tenant=event.tenant,
-                acl=payload.acl if acl is None else acl,
+                acl=grants.acl,
+                acl_since=dict(grants.since),
                 effective_from=effective_from,
                 superseded_on=None,
                 heading_path=chunk.heading_path,
@@ -252,8 +262,15 @@ class IndexSink:
         if acl_version is not None and tombstone is not None and acl_version <= tombstone:
             acl_version = None  # the ACL of deleted content
         newer_acl = acl_version is not None and acl_version > event.version
-        acl = state.acl if newer_acl and state is not None else payload.acl
-        passages = self.passages_for(event, payload, acl)
+        before = state.grants() if state is not None else NONE
+        if state is not None and state.deleted and not newer_acl:
+            before = restart(before)  # a re-created document: the deleted one's readers carry nothing over
+        effective_from = self.effective_from(event, payload)
+        if newer_acl:
+            grants = overtaken(before, payload.acl, event.version)
+        else:
+            grants = regrant(before, payload.acl, effective_from, event.version)
+        passages = self.passages_for(event, payload, grants)
         self._chunks.pop((event.event_id, payload.content_hash), None)
         result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
         if self.vector is not None and self.embedder is not None:
@@ -262,15 +279,15 @@ class IndexSink:
             result.passages_embedded = len(passages)
             self.vector.upsert(passages, vectors)
         self.lexical.upsert(passages)
-        effective_from = self.effective_from(event, payload)
         self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
-        acl_changed = state is not None and tuple(state.acl) != tuple(acl)
-        if acl_changed:
-            # Older versions stay answerable as of their dates, so they must carry the new ACL too.
-            self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, acl))
+        access_changed = state is not None and _access(state.grants()) != _access(grants)
+        if access_changed:
+            # Every version carries the document's grants: narrowing reaches them all, and a
+            # reader added now is admitted only from now on (indexer.grants).
+            self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, grants.acl, grants.since))
         if state is not None and state.deleted:
-            acl_changed = True  # a resurrected doc may be readable by others than before
-        if acl_changed:
+            access_changed = True  # a resurrected doc may be readable by others than before
+        if access_changed:
             self.cache.bump(event.tenant)
             result.cache_bumped = True
         self.docs.put(
@@ -279,21 +296,41 @@ class IndexSink:
                 doc_id=event.doc_id,
                 applied_version=max(event.version, state.applied_version if state else 0),
                 deleted=False,
-                acl=acl,
                 content_version=event.version,
                 acl_version=max(event.version, acl_version or 0),
                 content_hash=payload.content_hash,
                 chunker_version=CHUNKER_VERSION,
                 passage_ids=[p.passage_id for p in passages],
                 tombstone_version=tombstone,
-            )
+            ).with_grants(grants)
         )
         return result
 
+    def _overtaken(self, event: Event, state: DocState | None) -> None:
+        """An older upsert or ACL change delivered after a newer one is not applied, but the readers
+        its ACL lacked were granted again after it: their grants move up (indexer.grants.overtaken)."""
+        payload = event.payload
+        if state is None or state.deleted or isinstance(payload, DeletePayload):
+            return
+        tombstone = tombstone_of(state)
+        if tombstone is not None and event.version <= tombstone:
+            return  # the ACL of deleted content
+        before = state.grants()
+        after = overtaken(before, payload.acl, event.version)
+        if _access(after) == _access(before):
+            return
+        self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, after.acl, after.since))
+        self.cache.bump(event.tenant)
+        self.docs.put(state.with_grants(after))
+
     def _acl(self, event: Event, payload: AclPayload, state: DocState | None) -> ApplyResult:
+        before = state.grants() if state is not None else NONE
+        if state is not None and state.deleted:
+            before = restart(before)  # the ACL of the document once re-created
+        grants = regrant(before, payload.acl, event.occurred_at, event.version)
         applied_at: dict[str, datetime] = {}
         for store in self._stores():
-            store.set_acl(event.tenant, event.doc_id, payload.acl)
+            store.set_acl(event.tenant, event.doc_id, grants.acl, grants.since)
             applied_at[store.name] = self.clock()
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
@@ -301,9 +338,8 @@ class IndexSink:
         # On a tombstone the document stays deleted: the ACL waits for its re-created content.
         new_state.tombstone_version = tombstone_of(new_state)
         new_state.applied_version = max(event.version, new_state.applied_version)
-        new_state.acl = payload.acl
         new_state.acl_version = event.version
-        self.docs.put(new_state)
+        self.docs.put(new_state.with_grants(grants))
         return ApplyResult(
             Outcome.APPLIED, event, cache_bumped=True, applied_at=applied_at, cache_invalidated_at=invalidated_at
         )
@@ -382,6 +418,9 @@ class IndexSink:
                 deleted=True,
                 acl=state.acl if state else (),
                 tombstone_version=event.version,
+                acl_since=dict(state.acl_since) if state else {},
+                acl_since_version=dict(state.acl_since_version) if state else {},
+                acl_changed_at=state.acl_changed_at if state else None,
             )
         if state is not None:  # an ACL newer than the delete belongs to the re-created document: keep it
             kept.applied_version = max(event.version, state.applied_version)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -51,6 +51,7 @@ CREATE INDEX IF NOT EXISTS passages_doc ON passages(tenant, doc_id, version);
 CREATE TABLE IF NOT EXISTS passage_acl (
     rid INTEGER NOT NULL,
     entry TEXT NOT NULL,
+    since_ms INTEGER NOT NULL DEFAULT -4611686018427387904,
     PRIMARY KEY (rid, entry)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
@@ -58,6 +59,18 @@ CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NU
 
 FTS_COLUMNS = "title, heading, text"
 """Column layout of every FTS table; a table with another layout is rebuilt (see `_migrate`)."""
+
+
+ALWAYS_MS = -(2**62)
+"""`since_ms` of an entry granted from the beginning (no instant recorded)."""
+
+
+def _acl_rows(rid: int | None, acl: Sequence[str], since: Mapping[str, datetime]) -> list[tuple[object, ...]]:
+    return [(rid, e, to_epoch_ms(since[e]) if e in since else ALWAYS_MS) for e in sorted(set(acl))]
+
+
+def _since_json(since: Mapping[str, datetime]) -> str:
+    return json.dumps({e: to_epoch_ms(t) for e, t in sorted(since.items())}, separators=(",", ":"))
 
 
 def _fts_name(tenant: str) -> str:
@@ -102,6 +115,7 @@ class SqliteLexicalIndex:
         self._merge_pending: set[str] = set()
         self._known_fts: set[str] = set()
         self._migrate()
+        self._migrate_grants()
         for (name,) in self._conn.execute("SELECT name FROM fts_tables").fetchall():
             self._known_fts.add(str(name))
             self._set_automerge(str(name))
@@ -136,6 +150,31 @@ class SqliteLexicalIndex:
                         " FROM passages WHERE tenant = ?",
                         (tenant,),
                     )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def _migrate_grants(self) -> None:
+        """Homes written before grants had instants: every entry of a document is taken as granted from
+        its newest version's effective date, so no older version is readable as of an earlier instant
+        by anyone until the document's next event records the true instants (fails closed)."""
+        with self._lock:
+            columns = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(passages)")}
+            if "acl_since" in columns:
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("ALTER TABLE passages ADD COLUMN acl_since TEXT")
+                acl_columns = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(passage_acl)")}
+                if "since_ms" not in acl_columns:
+                    self._conn.execute(
+                        f"ALTER TABLE passage_acl ADD COLUMN since_ms INTEGER NOT NULL DEFAULT {ALWAYS_MS}"
+                    )
+                self._conn.execute(
+                    "UPDATE passage_acl SET since_ms = (SELECT MAX(q.effective_ms) FROM passages p"
+                    " JOIN passages q ON q.tenant = p.tenant AND q.doc_id = p.doc_id WHERE p.rid = passage_acl.rid)"
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -217,9 +256,9 @@ class SqliteLexicalIndex:
                 fts = self._fts(p.tenant, create=True)
                 self._delete_rows(p.tenant, fts, "passage_id = ?", (p.passage_id,))
                 cur = self._conn.execute(
-                    "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, effective_ms,"
+                    "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, acl_since, effective_ms,"
                     " superseded_ms, heading_path, title, text, source_url, chunker_version)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         p.passage_id,
                         p.tenant,
@@ -227,6 +266,7 @@ class SqliteLexicalIndex:
                         p.version,
                         p.anchor,
                         json.dumps(list(p.acl)),
+                        _since_json(p.acl_since),
                         to_epoch_ms(p.effective_from),
                         to_epoch_ms(p.superseded_on) if p.superseded_on else None,
                         json.dumps(list(p.heading_path)),
@@ -238,7 +278,7 @@ class SqliteLexicalIndex:
                 )
                 rid = cur.lastrowid
                 self._conn.executemany(
-                    "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(p.acl)]
+                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, p.acl, p.acl_since)
                 )
                 self._conn.execute(
                     f"INSERT INTO {fts}(rowid, title, heading, text) VALUES (?, ?, ?, ?)", (rid, *_fts_row(p))
@@ -279,7 +319,7 @@ class SqliteLexicalIndex:
                 (ms, tenant, doc_id, before_version, ms),
             )
 
-    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str]) -> None:
+    def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         with self._writing():
             rids = [
                 r[0]
@@ -288,13 +328,13 @@ class SqliteLexicalIndex:
                 )
             ]
             self._conn.execute(
-                "UPDATE passages SET acl = ? WHERE tenant = ? AND doc_id = ?",
-                (json.dumps(list(acl)), tenant, doc_id),
+                "UPDATE passages SET acl = ?, acl_since = ? WHERE tenant = ? AND doc_id = ?",
+                (json.dumps(list(acl)), _since_json(since), tenant, doc_id),
             )
             for rid in rids:
                 self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
                 self._conn.executemany(
-                    "INSERT INTO passage_acl(rid, entry) VALUES (?, ?)", [(rid, e) for e in set(acl)]
+                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, acl, since)
                 )
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
@@ -314,10 +354,13 @@ class SqliteLexicalIndex:
                 f" FROM {fts} JOIN passages p ON p.rid = {fts}.rowid"
                 f" WHERE {fts} MATCH ? AND p.tenant = ?"
                 " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
-                f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({marks}))"
+                f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({marks})"
+                " AND a.since_ms <= ?)"
                 ") WHERE score >= ? ORDER BY score DESC, passage_id LIMIT ?"
             )
-            cur = self._conn.execute(sql, (expression, access.tenant, as_of, as_of, *access.entries, floor, limit))
+            cur = self._conn.execute(
+                sql, (expression, access.tenant, as_of, as_of, *access.entries, as_of, floor, limit)
+            )
             cols = [d[0] for d in cur.description]
             return [self._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
 
@@ -336,8 +379,9 @@ class SqliteLexicalIndex:
                     "SELECT p.*, 0.0 AS score FROM passages p"
                     f" WHERE p.tenant = ? AND p.passage_id IN ({marks})"
                     " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
-                    f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks}))",
-                    (access.tenant, *chunk, as_of, as_of, *access.entries),
+                    f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks})"
+                    " AND a.since_ms <= ?)",
+                    (access.tenant, *chunk, as_of, as_of, *access.entries, as_of),
                 )
                 cols = [d[0] for d in cur.description]
                 out.extend(self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
@@ -362,6 +406,7 @@ class SqliteLexicalIndex:
             anchor=str(row["anchor"]),
             tenant=str(row["tenant"]),
             acl=tuple(json.loads(str(row["acl"]))),
+            acl_since={e: from_epoch_ms(int(ms)) for e, ms in json.loads(str(row.get("acl_since") or "{}")).items()},
             effective_from=from_epoch_ms(int(str(row["effective_ms"]))),
             superseded_on=from_epoch_ms(int(str(superseded))) if superseded is not None else None,
             heading_path=tuple(json.loads(str(row["heading_path"]))),
@@ -428,16 +473,19 @@ class SqliteLexicalIndex:
         """ACL entries from passage_acl, the table the search filter joins, not the JSON copy."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT p.passage_id, p.version, a.entry FROM passages p LEFT JOIN passage_acl a ON a.rid = p.rid"
-                " WHERE p.tenant = ? AND p.doc_id = ? ORDER BY p.passage_id",
+                "SELECT p.passage_id, p.version, a.entry, a.since_ms FROM passages p"
+                " LEFT JOIN passage_acl a ON a.rid = p.rid WHERE p.tenant = ? AND p.doc_id = ? ORDER BY p.passage_id",
                 (tenant, doc_id),
             ).fetchall()
-        found: dict[str, tuple[int, set[str]]] = {}
-        for passage_id, version, entry in rows:
-            _, entries = found.setdefault(passage_id, (int(version), set()))
+        found: dict[str, tuple[int, dict[str, int]]] = {}
+        for passage_id, version, entry, since_ms in rows:
+            _, entries = found.setdefault(passage_id, (int(version), {}))
             if entry is not None:
-                entries.add(entry)
-        return [StoredPassage(pid, v, tuple(sorted(e))) for pid, (v, e) in sorted(found.items())]
+                entries[str(entry)] = int(since_ms)
+        return [
+            StoredPassage(pid, v, tuple(sorted(e)), tuple((k, ms) for k, ms in sorted(e.items()) if ms != ALWAYS_MS))
+            for pid, (v, e) in sorted(found.items())
+        ]
 
     def counts_by_tenant(self) -> dict[str, int]:
         """Passages stored per tenant (any ACL, any date): for status, never for answering."""

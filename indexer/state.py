@@ -16,7 +16,7 @@ from typing import Any
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
 from indexer.cache import GenerationSource
-from indexer.ports import DeletionRecord, DocState, PurgeRecord
+from indexer.ports import DeletionRecord, DocState, PurgeRecord, grants_json, with_grants_json
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS doc_state (
@@ -76,6 +76,8 @@ class StateDb:
             self.conn.execute("ALTER TABLE doc_state ADD COLUMN acl_version INTEGER")
         if "tombstone_version" not in columns:  # homes written before deletes kept a floor
             self.conn.execute("ALTER TABLE doc_state ADD COLUMN tombstone_version INTEGER")
+        if "grants" not in columns:  # homes written before access had instants (indexer.grants)
+            self.conn.execute("ALTER TABLE doc_state ADD COLUMN grants TEXT")
         _migrate_unchained(self.conn)
         self.lock = threading.RLock()
         self.deferred = deferred
@@ -133,12 +135,12 @@ class SqliteDocStates:
         with self._db.lock:
             row = self._db.conn.execute(
                 "SELECT applied_version, deleted, acl, content_version, acl_version, content_hash, chunker_version,"
-                " passage_ids, tombstone_version FROM doc_state WHERE tenant = ? AND doc_id = ?",
+                " passage_ids, tombstone_version, grants FROM doc_state WHERE tenant = ? AND doc_id = ?",
                 (tenant, doc_id),
             ).fetchone()
         if row is None:
             return None
-        return DocState(
+        state = DocState(
             tenant=tenant,
             doc_id=doc_id,
             applied_version=row[0],
@@ -151,13 +153,14 @@ class SqliteDocStates:
             passage_ids=list(json.loads(row[7])),
             tombstone_version=row[8],
         )
+        return with_grants_json(state, row[9])
 
     def put(self, state: DocState) -> None:
         with self._db.lock:
             self._db.write(
                 "INSERT OR REPLACE INTO doc_state(tenant, doc_id, applied_version, deleted, acl, content_version,"
-                " acl_version, content_hash, chunker_version, passage_ids, tombstone_version)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " acl_version, content_hash, chunker_version, passage_ids, tombstone_version, grants)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     state.tenant,
                     state.doc_id,
@@ -170,6 +173,7 @@ class SqliteDocStates:
                     state.chunker_version,
                     json.dumps(state.passage_ids),
                     state.tombstone_version,
+                    grants_json(state),
                 ),
             )
 

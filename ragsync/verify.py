@@ -27,6 +27,7 @@ from typing import Any
 
 from connectors.state import DocRecord
 from indexer.ports import DocState, StoredPassage
+from schemas._time import to_epoch_ms
 from schemas.events import qualify_doc_id, split_doc_id
 
 PENDING_KINDS = frozenset({"behind", "missing"})
@@ -82,18 +83,20 @@ def reconcile_stores(state: DocState, held: Mapping[str, Sequence[StoredPassage]
                 found("tombstone", store, f"deleted at v{state.applied_version} but {len(passages)} passages remain")
         return out
     acl = tuple(sorted(set(state.acl)))
+    # The grant instants the filters compare (states written before grants existed record none).
+    since = tuple((e, to_epoch_ms(t)) for e, t in sorted(state.acl_since.items()) if e in acl)
     expected = set(state.passage_ids)
     for store, passages in held.items():
         dead = [p for p in passages if state.tombstone_version is not None and p.version <= state.tombstone_version]
         if dead:
             found("tombstone", store, f"{len(dead)} passages of versions deleted at v{state.tombstone_version} remain")
-        wrong_acl = [p for p in passages if p.acl != acl]
+        wrong_acl = [p for p in passages if p.acl != acl or (state.acl_since and p.since != since)]
         if wrong_acl:
             first = wrong_acl[0]
             found(
                 "acl",
                 store,
-                f"{len(wrong_acl)} passages carry another ACL than {list(acl)}"
+                f"{len(wrong_acl)} passages carry another ACL or grant instants than {list(acl)}"
                 f" (e.g. {first.passage_id}: {list(first.acl)})",
             )
         newer = [p for p in passages if state.content_version is None or p.version > state.content_version]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.events import AclEntry, UtcDatetime
+from schemas.principal import grants_allow
 
 
 def make_passage_id(doc_id: str, version: int, anchor: str) -> str:
@@ -56,6 +58,8 @@ class Passage(BaseModel):
     anchor: str
     tenant: str
     acl: tuple[AclEntry, ...]
+    acl_since: dict[str, UtcDatetime] = Field(default_factory=dict)
+    """When each entry of `acl` was granted without a break since (schemas.principal.grants_allow)."""
     effective_from: UtcDatetime
     superseded_on: UtcDatetime | None = None
     heading_path: tuple[str, ...] = ()
@@ -70,3 +74,7 @@ class Passage(BaseModel):
 
     def visible_at(self, as_of: datetime) -> bool:
         return self.effective_from <= as_of and (self.superseded_on is None or as_of < self.superseded_on)
+
+    def readable(self, entries: Iterable[str], as_of: datetime) -> bool:
+        """The permission filter's reference: valid as of the instant and granted to an entry then and since."""
+        return self.visible_at(as_of) and grants_allow(entries, self.acl, self.acl_since, as_of)

@@ -50,7 +50,7 @@ def test_the_live_shard_answers_and_writes_while_the_child_vacuums(
         # the rebuild (a join timeout fails the test if the shard's lock were held).
         def traffic() -> None:
             during["seen"] = visible(index)
-            index.set_acl("acme", "d1.md", ["group:hr"])  # a revocation
+            index.set_acl("acme", "d1.md", ["group:hr"], {})  # a revocation
             index.delete_doc("acme", "d2.md")
             index.upsert([make_passage("new", doc_id="new.md", anchor="a-1")], np.stack([unit(1, 0.5)]))
 
@@ -77,7 +77,7 @@ def test_a_failed_child_keeps_the_live_shard_and_its_writes(tmp_path: Path, monk
     index = filled(tmp_path / "vectors")
 
     def failing(*args: Any, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        index.set_acl("acme", "d1.md", ["group:hr"])
+        index.set_acl("acme", "d1.md", ["group:hr"], {})
         return subprocess.CompletedProcess(args[0], 1, "", "Segmentation fault")
 
     monkeypatch.setattr(edge.subprocess, "run", failing)

@@ -119,7 +119,7 @@ def test_a_cached_entry_is_read_back_from_the_store_of_record(parts: dict[str, A
     cache = parts["cache"]
     entries = dict(cache._entries)
     assert entries and all(b"salary band" not in value for _, value in entries.values()), "IDs only in the cache"
-    parts["sink"].lexical.set_acl("acme", "t:salaries.md", ["group:hr-leads"])  # no bump, no deny entry
+    parts["sink"].lexical.set_acl("acme", "t:salaries.md", ["group:hr-leads"], {})  # no bump, no deny entry
     after = ask(parts)
     assert not after.answered and not after.trace.searches[0].cached
 

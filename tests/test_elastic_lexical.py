@@ -207,7 +207,7 @@ def test_revocation_and_deletion_visible_to_the_next_query_from_any_client(make_
         ]
     )
     assert len(reader.search("merger", STAFF, 10, 0.0)) == 3
-    writer.set_acl("acme", "doc.md", ["group:board"])  # every version, no sleep afterwards
+    writer.set_acl("acme", "doc.md", ["group:board"], {})  # every version, no sleep afterwards
     assert ids(reader.search("merger", STAFF, 10, 0.0)) == ["press.md@1#p-1"]
     board = AccessFilter("acme", ("group:board",), NOW)
     assert sorted(ids(reader.search("merger", board, 10, 0.0))) == ["doc.md@1#m-1", "doc.md@2#m-1"]
@@ -222,7 +222,7 @@ def test_unknown_tenant_reads_empty_and_writes_create_nothing(index: Any) -> Non
     nobody = AccessFilter("nobody", ("group:staff",), NOW)
     assert index.search("anything", nobody, 10, 0.0) == []
     assert index.count("nobody") == 0 and index.count("nobody", "doc.md") == 0
-    index.set_acl("nobody", "doc.md", ["group:x"])
+    index.set_acl("nobody", "doc.md", ["group:x"], {})
     index.supersede("nobody", "doc.md", 2, NOW)
     index.delete_doc("nobody", "doc.md")
     index.delete_passages("nobody", ["doc.md@1#a"])
@@ -240,7 +240,7 @@ def test_long_passage_ids_and_many_passages_per_document(index: Any) -> None:
     hit = index.search("chapter 7 handbook", STAFF, 1, 0.0)[0]
     assert hit.passage.passage_id == make_passage_id(long_doc, 1, "c-7")
     # More passages than one page of the ID listing: every one must be revoked.
-    index.set_acl("acme", long_doc, ["group:board"])
+    index.set_acl("acme", long_doc, ["group:board"], {})
     assert index.search("chapter handbook", STAFF, 10, 0.0) == []
     board = AccessFilter("acme", ("group:board",), NOW)
     assert len(index.search("chapter handbook", board, 2000, 0.0)) == 1200

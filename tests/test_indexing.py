@@ -109,9 +109,15 @@ def test_acl_event_reaches_old_versions_and_bumps_the_cache(parts: dict[str, Any
     generation = cache.generation("acme")
     result = sink.apply(acl(3, ("group:finance",)))
     assert result.cache_bumped and cache.generation("acme") == generation + 1
-    assert texts(lexical, "budget") == []
-    finance = AccessFilter("acme", ("group:finance",), T0 + timedelta(days=1, hours=1))
-    assert texts(lexical, "budget", finance) == ["Budget figures for the year."]
+    assert texts(lexical, "budget") == [], "the revocation reaches every version, as of any instant"
+    staff_then = AccessFilter("acme", ("group:staff",), T0 + timedelta(days=1, hours=1))
+    assert texts(lexical, "budget", staff_then) == []
+    # Finance was added now (the ACL event's time): it reads the current version from now on, never
+    # the old version as of when only staff could read it (issue 18 item 1).
+    finance_then = AccessFilter("acme", ("group:finance",), T0 + timedelta(days=1, hours=1))
+    assert texts(lexical, "budget", finance_then) == []
+    finance_now = AccessFilter("acme", ("group:finance",), datetime.now(UTC))
+    assert texts(lexical, "budget", finance_now) == ["Budget figures for the new year."]
     # A replayed older upsert carrying the old ACL cannot undo the revocation.
     assert sink.apply(upsert(2, "Budget figures for the new year.")).outcome is Outcome.STALE
     assert texts(lexical, "budget") == []
@@ -271,8 +277,10 @@ def test_an_acl_event_that_overtakes_older_upserts_does_not_lose_them(parts: dic
     assert sink.apply(acl(3, ("group:board",))).outcome is Outcome.APPLIED
     assert sink.apply(upsert(1, "Roadmap for the first quarter.")).outcome is Outcome.APPLIED
     assert sink.apply(upsert(2, "Roadmap for the second quarter.")).outcome is Outcome.APPLIED
-    board = AccessFilter("acme", ("group:board",), STAFF.as_of)
+    board = AccessFilter("acme", ("group:board",), datetime.now(UTC))
     assert texts(lexical, "roadmap quarter", board) == ["Roadmap for the second quarter."]
+    # Board was granted by the ACL event (now): not as of an instant before it.
+    assert texts(lexical, "roadmap quarter", AccessFilter("acme", ("group:board",), STAFF.as_of)) == []
     assert texts(lexical, "roadmap quarter") == [], "the older upserts land under the newer ACL"
     # An upsert newer than the ACL event carries its own ACL, which wins.
     sink.apply(upsert(4, "Roadmap for the third quarter.", acl=("group:staff",)))

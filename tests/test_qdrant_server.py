@@ -114,7 +114,7 @@ def test_one_collection_tenant_keyed_with_payload_only_acl_updates() -> None:
 
         pid = point_id("acme", "doc.md@1#a-1")
         before = client.retrieve(index.collection, [pid], with_vectors=True)[0].vector
-        index.set_acl("acme", "doc.md", ["group:board"])
+        index.set_acl("acme", "doc.md", ["group:board"], {})
         after = client.retrieve(index.collection, [pid], with_vectors=True, with_payload=True)[0]
         assert after.vector == before and (after.payload or {})["acl"] == ["group:board"]
         assert index.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 5, 0.0) == []

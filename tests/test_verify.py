@@ -75,7 +75,7 @@ def test_in_sync_through_edit_revocation_and_deletion(tmp_path: Path, synced: Pa
 def test_an_acl_left_behind_in_one_store_is_drift(tmp_path: Path, synced: Path) -> None:
     components = _components(tmp_path)
     try:
-        components.vector.set_acl("acme", SALARIES, ["group:staff"])  # a revocation lost by one store
+        components.vector.set_acl("acme", SALARIES, ["group:staff"], {})  # a revocation lost by one store
     finally:
         components.close()
     code, report = _verify(tmp_path)

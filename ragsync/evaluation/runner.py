@@ -216,7 +216,7 @@ class Evaluator:
         }
         for source, passages in sources.items():
             for p in passages:
-                if not acl_allows(principal, p.tenant, p.acl) or not p.visible_at(as_of):
+                if p.tenant != principal.tenant or not p.readable(principal.acl_entries(), as_of):
                     result.leaks.append({"kind": "acl", "source": source, "passage_id": p.passage_id})
                 elif gold_denied and is_gold(p, q.gold):
                     result.leaks.append({"kind": "denied_gold", "source": source, "passage_id": p.passage_id})

@@ -122,7 +122,7 @@ def test_revocation_and_deletion_visible_to_next_query(lexical_index: Any) -> No
         ]
     )
     assert len(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == 2
-    lexical_index.set_acl("acme", "doc.md", ["group:board"])
+    lexical_index.set_acl("acme", "doc.md", ["group:board"], {})
     assert ids(lexical_index.search("quarterly numbers", STAFF, 10, 0.0)) == ["other.md@1#q-1"]
     board = AccessFilter("acme", ("group:board",), NOW)
     assert ids(lexical_index.search("quarterly numbers", board, 10, 0.0)) == ["doc.md@1#q-1"]
@@ -221,7 +221,7 @@ def test_inventory_lists_every_version_with_the_acl_the_filter_matches(lexical_i
             make_passage("other tenant", tenant="globex", anchor="a-1"),
         ]
     )
-    lexical_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"])
+    lexical_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"], {})
     assert lexical_index.inventory("acme", "doc.md") == [
         StoredPassage("doc.md@1#a-1", 1, ("group:hr", "user:ceo")),
         StoredPassage("doc.md@2#a-1", 2, ("group:hr", "user:ceo")),
@@ -250,7 +250,7 @@ def test_passages_by_id_apply_the_permission_filter(lexical_index: Any) -> None:
     assert got["doc.md@2#s-1"].heading_path == ("Part", "Two")
     assert lexical_index.passages(AccessFilter("acme", (), NOW), wanted) == []
     assert lexical_index.passages(STAFF, []) == []
-    lexical_index.set_acl("acme", "doc.md", ["group:board"])
+    lexical_index.set_acl("acme", "doc.md", ["group:board"], {})
     assert lexical_index.passages(STAFF, wanted) == []
     # Every stored passage of the document, whatever its ACL or date: what a deletion must reach.
     assert sorted(p.passage_id for p in lexical_index.doc_passages("acme", "doc.md")) == sorted(
@@ -259,3 +259,25 @@ def test_passages_by_id_apply_the_permission_filter(lexical_index: Any) -> None:
     lexical_index.delete_doc("acme", "doc.md")
     assert lexical_index.doc_passages("acme", "doc.md") == []
     assert lexical_index.doc_passages("nobody", "doc.md") == []
+
+
+def test_grant_instants_admit_an_entry_only_from_its_instant_on(lexical_index: Any) -> None:
+    """Access per version (issue 18): an entry of the ACL admits as of an instant only from its grant
+    instant on, in search and in the read-back of IDs, and set_acl replaces the instants too."""
+    lexical_index.upsert([make_passage("Quarterly numbers are confidential.", anchor="q-1", acl=("group:hr",))])
+    granted = NOW - timedelta(days=3)
+    lexical_index.set_acl("acme", "doc.md", ["group:hr", "group:staff"], {"group:staff": granted})
+    staff_before = AccessFilter("acme", ("group:staff",), granted - timedelta(seconds=1))
+    staff_at = AccessFilter("acme", ("group:staff",), granted)
+    hr_before = AccessFilter("acme", ("group:hr",), granted - timedelta(days=1))
+    assert lexical_index.search("quarterly numbers", staff_before, 10, 0.0) == []
+    assert lexical_index.passages(staff_before, ["doc.md@1#q-1"]) == []
+    assert ids(lexical_index.search("quarterly numbers", staff_at, 10, 0.0)) == ["doc.md@1#q-1"]
+    assert ids(lexical_index.search("quarterly numbers", hr_before, 10, 0.0)) == ["doc.md@1#q-1"], "no instant: always"
+    # A principal with two entries is admitted through whichever holds at the instant.
+    both = AccessFilter("acme", ("group:hr", "group:staff"), granted - timedelta(seconds=1))
+    assert len(lexical_index.passages(both, ["doc.md@1#q-1"])) == 1
+    lexical_index.set_acl("acme", "doc.md", ["group:staff"], {"group:staff": granted + timedelta(days=1)})
+    assert lexical_index.passages(staff_at, ["doc.md@1#q-1"]) == [], "replaced, not merged"
+    (held,) = lexical_index.inventory("acme", "doc.md")
+    assert held.acl == ("group:staff",) and [e for e, _ in held.since] == ["group:staff"]

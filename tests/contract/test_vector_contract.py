@@ -36,7 +36,16 @@ def test_the_store_holds_no_text(vector_index: Any) -> None:
     (hit,) = vector_index.search(unit(1, 0), STAFF, 10, 0.0)
     assert hit.passage_id == "doc.md@1#z-1"
     payload = vector_index.payload_of("acme", "doc.md@1#z-1")
-    assert set(payload) <= {"passage_id", "doc_id", "version", "tenant", "acl", "effective_from", "superseded_on"}
+    assert set(payload) <= {
+        "passage_id",
+        "doc_id",
+        "version",
+        "tenant",
+        "acl",
+        "acl_since",
+        "effective_from",
+        "superseded_on",
+    }
     assert "zebrawordinvector" not in str(payload) and "quaggaheading" not in str(payload)
 
 
@@ -82,7 +91,7 @@ def test_acl_replacement_delete_and_floor(vector_index: Any) -> None:
         [make_passage("x", anchor="x-1"), make_passage("y", doc_id="y.md", anchor="y-1")],
         np.stack([unit(1, 0), unit(0.1, 1)]),
     )
-    vector_index.set_acl("acme", "doc.md", ["group:board"])
+    vector_index.set_acl("acme", "doc.md", ["group:board"], {})
     assert ids(vector_index.search(unit(1, 0), STAFF, 10, 0.0)) == ["y.md@1#y-1"]
     assert ids(vector_index.search(unit(1, 0), AccessFilter("acme", ("group:board",), NOW), 10, 0.0)) == [
         "doc.md@1#x-1"
@@ -114,7 +123,7 @@ def test_inventory_lists_every_version_with_the_acl_the_filter_matches(vector_in
         make_passage("globex", tenant="globex", anchor="a-1"),
     ]
     vector_index.upsert(passages, np.stack([unit(1, 0), unit(0, 1), unit(1, 1), unit(1, 2)]))
-    vector_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"])
+    vector_index.set_acl("acme", "doc.md", ["user:ceo", "group:hr"], {})
     assert vector_index.inventory("acme", "doc.md") == [
         StoredPassage("doc.md@1#a-1", 1, ("group:hr", "user:ceo")),
         StoredPassage("doc.md@2#a-1", 2, ("group:hr", "user:ceo")),
@@ -122,3 +131,24 @@ def test_inventory_lists_every_version_with_the_acl_the_filter_matches(vector_in
     vector_index.delete_doc("acme", "doc.md")
     assert vector_index.inventory("acme", "doc.md") == []
     assert [s.passage_id for s in vector_index.inventory("globex", "doc.md")] == ["doc.md@1#a-1"]
+
+
+def test_grant_instants_admit_an_entry_only_from_its_instant_on(vector_index: Any) -> None:
+    """Access per version (issue 18): an entry admits as of an instant only from its grant instant on;
+    set_acl replaces the instants (an entry dropped and granted again starts over)."""
+    vector_index.upsert([make_passage("a", anchor="a-1", acl=("group:hr",))], np.stack([unit(1, 0)]))
+    granted = NOW - timedelta(days=3)
+    vector_index.set_acl("acme", "doc.md", ["group:hr", "group:staff"], {"group:staff": granted})
+
+    def found(entries: tuple[str, ...], as_of: Any) -> list[str]:
+        return ids(vector_index.search(unit(1, 0), AccessFilter("acme", entries, as_of), 10, -1.0))
+
+    assert found(("group:staff",), granted - timedelta(seconds=1)) == []
+    assert found(("group:staff",), granted) == ["doc.md@1#a-1"]
+    assert found(("group:hr",), granted - timedelta(days=1)) == ["doc.md@1#a-1"], "no instant: always"
+    assert found(("group:hr", "group:staff"), granted - timedelta(seconds=1)) == ["doc.md@1#a-1"]
+    vector_index.set_acl("acme", "doc.md", ["group:staff"], {"group:staff": granted + timedelta(days=1)})
+    assert found(("group:staff",), granted) == [], "replaced, not merged"
+    assert found(("group:hr",), NOW) == []
+    (held,) = vector_index.inventory("acme", "doc.md")
+    assert held.acl == ("group:staff",) and [e for e, _ in held.since] == ["group:staff"]
