@@ -44,6 +44,7 @@ from query.as_of import AS_OF_FORM, parse_as_of
 from query.ports import ModelUnavailable
 from query.tokens import InvalidToken
 from query.worker import AskResult, QueryWorker
+from schemas._digits import ascii_uint
 from schemas.decisions import ReasonCode
 
 log = logging.getLogger("ragsync.api")
@@ -205,8 +206,8 @@ class _LazyWorker:
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None when it is larger than limit; stops reading as soon as it is too large."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = ascii_uint(request.headers.get("content-length", ""), max_digits=32)
+    if declared is not None and declared > limit:
         return None
     chunks: list[bytes] = []
     size = 0
