@@ -8,7 +8,9 @@ library:
 - RS256 or ES256 from an identity provider, verified with the public keys of a configured JWKS
   file, selected by `kid`.
 Claims: `sub` the user, `tenant`, `groups` (a list), `iat`, `exp` and `aud` (all required and
-checked, with a small leeway for clock skew), `iss` when an issuer is configured. The claim names
+checked, with a small leeway for clock skew), `iss` when an issuer is configured. `exp`, `iat` and
+`nbf` are NumericDates (RFC 7519: a JSON number of seconds); a string, a boolean, NaN or an
+infinity is refused, since "NaN" or "Infinity" would make a token that never expires. The claim names
 for tenant, groups and user can be changed to match an identity provider's.
 
 Fail closed: the accepted algorithms come from the key, never from the token (an HMAC key is only
@@ -28,6 +30,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import time
 import warnings
 from collections.abc import Mapping
@@ -206,12 +209,9 @@ class TokenVerifier:
 
     def _check_times(self, claims: Mapping[str, Any], now: float) -> None:
         leeway = self.rules.leeway_s
-        try:
-            expires = float(claims["exp"])
-            issued = float(claims["iat"])
-            not_before = float(claims.get("nbf", issued))
-        except (TypeError, ValueError) as exc:
-            raise InvalidToken("malformed time claims") from exc
+        expires = numeric_date(claims, "exp")
+        issued = numeric_date(claims, "iat")
+        not_before = numeric_date(claims, "nbf") if "nbf" in claims else issued
         if expires + leeway <= now:
             raise InvalidToken("token expired")
         if issued - leeway > now or not_before - leeway > now:
@@ -245,13 +245,36 @@ class TokenVerifier:
             raise InvalidToken("bad signature")
         try:
             claims = json.loads(_unb64(body))
-            expires = int(claims["exp"])
-            principal = Principal(tenant=claims["tenant"], user=claims["user"], groups=tuple(claims.get("groups", [])))
-        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        except ValueError as exc:
             raise InvalidToken("malformed claims") from exc
-        if expires <= now:
+        if not isinstance(claims, dict):
+            raise InvalidToken("malformed claims")
+        if numeric_date(claims, "exp") <= now:
             raise InvalidToken("token expired")
-        return principal
+        try:
+            return Principal(tenant=claims["tenant"], user=claims["user"], groups=tuple(claims.get("groups", [])))
+        except (KeyError, TypeError, ValidationError) as exc:
+            raise InvalidToken("malformed claims") from exc
+
+
+def numeric_date(claims: Mapping[str, Any], name: str) -> float:
+    """The claim as an RFC 7519 NumericDate (a JSON number of seconds), else InvalidToken.
+
+    Strings, booleans, NaN and the infinities are refused: `float("NaN")` compares false with every
+    instant and `"Infinity"` is later than all of them, so either made a token that never expires.
+    """
+    value = claims.get(name)
+    if value is None:
+        raise InvalidToken(f"missing {name}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidToken(f"{name} is not a NumericDate")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidToken(f"{name} is out of range") from None
+    if not math.isfinite(seconds):
+        raise InvalidToken(f"{name} is not a finite NumericDate")
+    return seconds
 
 
 def load_jwks(path: Path) -> jwt.PyJWKSet:

@@ -112,6 +112,24 @@ def test_refused(token: Any) -> None:
         verifier().verify(token())
 
 
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+@pytest.mark.parametrize(
+    "value",
+    # A string or a non-finite number slipped through float(): "NaN" compares false with every
+    # instant and "Infinity" is later than all of them, so a key holder minted tokens that never expire.
+    ["NaN", "Infinity", "-Infinity", "1e30", str(int(time.time()) + 600), float("nan"), float("inf"), True, 10**400],
+    ids=["str-nan", "str-inf", "str-neg-inf", "str-big", "str-digits", "nan", "inf", "bool", "huge-int"],
+)
+def test_times_must_be_numeric_dates(claim: str, value: Any) -> None:
+    with pytest.raises(InvalidToken, match=claim):
+        verifier().verify(hs256(claims(**{claim: value})))
+
+
+def test_numeric_dates_may_be_fractional() -> None:
+    now = time.time()
+    assert verifier().verify(hs256(claims(iat=now, nbf=now, exp=now + 60.5))) == ANN
+
+
 def tamper(token: str, **changes: Any) -> str:
     header, payload, signature = token.split(".")
     body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -302,6 +320,25 @@ def test_previous_format_is_read_only_inside_the_window() -> None:
     forged_body = issue_legacy_token("attacker-secret-of-at-least-32-bytes", intruder).partition(".")[0]
     with pytest.raises(InvalidToken):
         open_window.verify(f"{forged_body}.{signature}")
+
+
+def legacy(payload: dict[str, Any], secret: str = SECRET) -> str:
+    """A token of the previous format built by hand: base64url(JSON claims) "." base64url(HMAC)."""
+    body = b64(json.dumps(payload).encode())
+    return f"{body}.{b64(hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest())}"
+
+
+def test_previous_format_exp_is_a_numeric_date() -> None:
+    open_window = verifier(legacy_until=datetime.now(UTC) + timedelta(days=7))
+    base = {"tenant": "acme", "user": "ann", "groups": ["staff"], "exp": int(time.time()) + 600}
+
+    assert open_window.verify(legacy(base)) == ANN
+    for exp in ("NaN", "Infinity", str(int(time.time()) + 600), float("inf"), True, None):
+        with pytest.raises(InvalidToken, match="exp"):
+            open_window.verify(legacy({**base, "exp": exp}))
+    for odd in ([base], "claims", 7):
+        with pytest.raises(InvalidToken):
+            open_window.verify(legacy(odd))  # type: ignore[arg-type]
 
 
 # ---- through the API and the CLI ----------------------------------------------------------------
