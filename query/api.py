@@ -316,7 +316,9 @@ def create_app(
         worker = await run_in_threadpool(holder.get)
         try:
             principal = worker.tokens.verify(credentials.credentials)
-        except InvalidToken:
+        except InvalidToken as exc:
+            # The caller gets one generic 401; the reason (a fixed phrase, never the token) is logged.
+            log.info("token refused: %s", exc)
             return unauthorized()
 
         body = await _read_body(request, MAX_BODY_BYTES)

@@ -20,7 +20,9 @@ non-string groups are refused. Every refusal is an InvalidToken, which the API a
 generic 401.
 
 The previous format, base64url(JSON claims) "." base64url(HMAC-SHA256(secret, claims part)), is
-still read until `legacy_until` (a migration window), and refused after it.
+still read until `legacy_until` (a migration window), and refused after it. Its claims get the same
+checks: `groups` a list of strings (a string is refused, never split into one group per letter).
+The reason for a refusal is logged by the API (`token refused: <reason>`), never the token.
 """
 
 from __future__ import annotations
@@ -218,17 +220,11 @@ class TokenVerifier:
             raise InvalidToken("token not valid yet")
 
     def _principal(self, claims: Mapping[str, Any]) -> Principal:
-        groups = claims.get(self.rules.groups_claim, [])
-        user = claims.get(self.rules.user_claim)
-        tenant = claims.get(self.rules.tenant_claim)
-        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-            raise InvalidToken("groups must be a list of strings")
-        if not isinstance(user, str) or not isinstance(tenant, str):
-            raise InvalidToken("missing user or tenant")
-        try:
-            return Principal(tenant=tenant, user=user, groups=tuple(groups))
-        except ValidationError as exc:
-            raise InvalidToken("malformed claims") from exc
+        return principal_of(
+            claims.get(self.rules.tenant_claim),
+            claims.get(self.rules.user_claim),
+            claims.get(self.rules.groups_claim, []),
+        )
 
     def _legacy(self, body: str, signature: str, now: float) -> Principal:
         """The previous format, accepted only inside the migration window."""
@@ -251,10 +247,7 @@ class TokenVerifier:
             raise InvalidToken("malformed claims")
         if numeric_date(claims, "exp") <= now:
             raise InvalidToken("token expired")
-        try:
-            return Principal(tenant=claims["tenant"], user=claims["user"], groups=tuple(claims.get("groups", [])))
-        except (KeyError, TypeError, ValidationError) as exc:
-            raise InvalidToken("malformed claims") from exc
+        return principal_of(claims.get("tenant"), claims.get("user"), claims.get("groups", []))
 
 
 def numeric_date(claims: Mapping[str, Any], name: str) -> float:
@@ -275,6 +268,19 @@ def numeric_date(claims: Mapping[str, Any], name: str) -> float:
     if not math.isfinite(seconds):
         raise InvalidToken(f"{name} is not a finite NumericDate")
     return seconds
+
+
+def principal_of(tenant: object, user: object, groups: object) -> Principal:
+    """The principal the claims name: strings only, and groups a list of strings. A string is not
+    split into groups ("hr" is not h and r); anything else is refused, never coerced."""
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise InvalidToken("groups must be a list of strings")
+    if not isinstance(user, str) or not isinstance(tenant, str):
+        raise InvalidToken("missing user or tenant")
+    try:
+        return Principal(tenant=tenant, user=user, groups=tuple(groups))
+    except ValidationError as exc:
+        raise InvalidToken("malformed claims") from exc
 
 
 def load_jwks(path: Path) -> jwt.PyJWKSet:

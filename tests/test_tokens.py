@@ -130,6 +130,23 @@ def test_numeric_dates_may_be_fractional() -> None:
     assert verifier().verify(hs256(claims(iat=now, nbf=now, exp=now + 60.5))) == ANN
 
 
+def test_a_refused_token_is_logged_with_its_reason_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from indexer.sqlite_fts import SqliteLexicalIndex
+
+    index = SqliteLexicalIndex(tmp_path / "lexical.db")
+    worker = QueryWorker(Retriever(index, None, None, None), ExtractiveModel(), SECRET)
+    bad = hs256(claims(groups="hr"))
+    try:
+        with TestClient(create_app(lambda: worker)) as client, caplog.at_level("INFO", logger="ragsync.api"):
+            response = client.post("/v1/ask", json={"question": "q"}, headers={"Authorization": f"Bearer {bad}"})
+    finally:
+        index.close()
+
+    assert response.status_code == 401 and response.json() == {"error": "invalid token"}, "one generic answer"
+    assert "token refused: groups must be a list of strings" in caplog.messages
+    assert not any(bad.split(".")[1] in m for m in caplog.messages), "never the token"
+
+
 def tamper(token: str, **changes: Any) -> str:
     header, payload, signature = token.split(".")
     body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -326,6 +343,17 @@ def legacy(payload: dict[str, Any], secret: str = SECRET) -> str:
     """A token of the previous format built by hand: base64url(JSON claims) "." base64url(HMAC)."""
     body = b64(json.dumps(payload).encode())
     return f"{body}.{b64(hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest())}"
+
+
+def test_previous_format_groups_are_a_list_of_strings_or_refused() -> None:
+    open_window = verifier(legacy_until=datetime.now(UTC) + timedelta(days=7))
+    base = {"tenant": "acme", "user": "ann", "exp": int(time.time()) + 600}
+
+    assert open_window.verify(legacy({**base, "groups": ["hr"]})).groups == ("hr",)
+    assert open_window.verify(legacy(base)).groups == ()
+    for groups in ("hr", {"hr": 1}, [1], ["hr", None], None):
+        with pytest.raises(InvalidToken, match="groups must be a list of strings"):
+            open_window.verify(legacy({**base, "groups": groups}))  # "hr" was read as the groups h and r
 
 
 def test_previous_format_exp_is_a_numeric_date() -> None:
