@@ -265,6 +265,14 @@ def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
         ({**REFUNDS, "content": "---\neffective_from: 2026-13-01\n---\n# x\n"}, "2026-13-01"),
         ({**REFUNDS, "effective_from": "0001-01-01T00:00:00+14:00"}, "is out of range"),  # was HTTP 500
         ({**REFUNDS, "content": "---\neffective_from: 0001-01-01T00:00:00+14:00\n---\n# x\n"}, "out of range"),
+        # Control characters reached every log line naming the document (issue 18: NUL and newline).
+        ({**REFUNDS, "doc_id": "kb/\x00x"}, "upsert.doc_id: contains the control character U+0000 at position 3"),
+        ({**REFUNDS, "doc_id": "kb/a\nWARNING forged"}, "upsert.doc_id: contains the control character U+000A"),
+        ({**REFUNDS, "doc_id": "kb/\u2028x"}, "upsert.doc_id: contains the control character U+2028"),
+        ({"action": "acl", "tenant": "acme", "doc_id": "a\rb", "acl": [], "sequence": 1}, "acl.doc_id: contains"),
+        ({"action": "delete", "tenant": "acme", "doc_id": "a\x85", "sequence": 1}, "delete.doc_id: contains"),
+        ({**REFUNDS, "acl": ["group:staff\x00"]}, "upsert.acl[0]: String should match pattern"),
+        ({**REFUNDS, "tenant": "acme\n"}, "upsert.tenant: String should match pattern"),
     ],
 )
 def test_invalid_push_is_422_with_a_clear_message(hook: Hook, body: dict[str, Any] | bytes, message: str) -> None:
