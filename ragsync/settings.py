@@ -133,7 +133,9 @@ class Settings(BaseSettings):
 
     metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
     metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener
-    metrics_token: str = ""  # operator credential for /metrics (required off loopback and for ragsync.server:app)
+    metrics_token: str = ""
+    """Operator credential for /metrics: when set, required on every metrics listener, loopback included
+    (serve's, a cluster worker's, ragsync.server:app's). Needed off loopback and for ragsync.server:app."""
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic_prefix: str = "ragsync."
