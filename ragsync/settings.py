@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     """Webhook sources by name; env RAGSYNC_WEBHOOKS='{"kb": {"secret": "...", "tenants": ["acme"]}}'."""
     webhook_max_skew_s: float = Field(default=300.0, gt=0, le=3600)
     """A push signed further than this from the server's clock (either way) is refused as a replay."""
+    operator_key_ttl_s: float = Field(default=86400.0, gt=0, le=366 * 86400)
+    """Lifetime of the home's operator key (ragsync.operator_key); the next command renews an expired one."""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
