@@ -577,7 +577,7 @@ class Embedded:
     def start(self) -> None:
         import httpx
 
-        from ragsync.owner_api import operator_key
+        from ragsync.operator_key import operator_keys
         from ragsync.wiring import token_signer
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
@@ -602,7 +602,7 @@ class Embedded:
         else:
             raise SystemExit(f"serve did not become ready; see {self.log_path}")
         self._token = token_signer(self.settings).issue(STAFF, ttl_s=6 * 3600)
-        self._key = operator_key(self.settings.secret())
+        self._key = operator_keys(self.settings).current()
 
     def publish(self, events: list[Event]) -> None:
         self.components.events.publish_many(events)

@@ -54,7 +54,7 @@ def nfc(name: str) -> str:
 
 def _check_entries(entries: tuple[str, ...]) -> tuple[str, ...]:
     for entry in entries:
-        if not _ACL_ENTRY.match(entry):
+        if not _ACL_ENTRY.fullmatch(entry):  # not .match: its '$' also matches before a final newline
             raise ValueError(f"invalid ACL entry {entry!r} (expected 'group:<name>' or 'user:<id>')")
     return tuple(sorted(set(entries)))
 

@@ -35,6 +35,7 @@ from schemas.events import (
     UpsertPayload,
     make_event_id,
     qualify_doc_id,
+    shown,
 )
 
 
@@ -44,11 +45,13 @@ class _ContentError(Exception):
 
 def _describe(doc: SourceDocument, exc: Exception) -> str:
     """ValueErrors carry messages meant for people; anything else is named by its type."""
+    name = shown(doc.doc_id)  # one line, even for a file named with a newline
     if isinstance(exc, ValidationError):
-        return f"{doc.doc_id}: invalid document: {exc.error_count()} error(s): {exc.errors()[0]['msg']}"
+        first = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        return f"{name}: invalid document: {exc.error_count()} error(s): {first}"
     if isinstance(exc, ValueError):
-        return f"{doc.doc_id}: {exc}"
-    return f"{doc.doc_id}: cannot index: {type(exc).__name__}: {exc}"
+        return f"{name}: {exc}"
+    return f"{name}: cannot index: {type(exc).__name__}: {exc}"
 
 
 @dataclass

@@ -81,6 +81,7 @@ from connectors.base import SourceDocument, TextContentType
 from connectors.drive import TENANT_PATTERN, format_validation_error
 from connectors.scan import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
+from schemas._digits import ascii_uint
 from schemas._time import utcnow
 from schemas.events import (
     SOURCE_NAME_PATTERN,
@@ -171,8 +172,8 @@ def signed_headers(secret: str, body: bytes, timestamp: int) -> dict[str, str]:
 
 
 def parse_timestamp(header: str | None) -> int | None:
-    text = (header or "").strip()
-    return int(text) if text.isdigit() and len(text) <= 12 else None
+    """Unix seconds in ASCII digits (at most 12), else None: '²' or '١' are refused like any bad header."""
+    return ascii_uint((header or "").strip(), max_digits=12)
 
 
 def signature_ok(secret: str, body: bytes, header: str | None, timestamp: int) -> bool:
@@ -304,8 +305,8 @@ def create_webhook_app(
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The raw body (the signature is over these exact bytes), or None once it exceeds `limit`."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    declared = ascii_uint(request.headers.get("content-length", ""), max_digits=32)
+    if declared is not None and declared > limit:
         return None
     body = bytearray()
     async for chunk in request.stream():
@@ -336,7 +337,8 @@ def _plan(source: str, push: UpsertPush | AclPush | DeletePush, record: DocRecor
     """
     live = record if record is not None and not record.deleted else None
     version = (record.version if record is not None else 0) + 1
-    applied_seq = int(record.fingerprint) if record is not None and record.fingerprint.isdigit() else None
+    # Written by this module as str(sequence): any length a pusher's integer had (the default int limit).
+    applied_seq = ascii_uint(record.fingerprint, max_digits=4300) if record is not None else None
     if applied_seq is not None and push.sequence <= applied_seq:  # first: a replay is never "unchanged"
         raise _Refused(
             409,

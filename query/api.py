@@ -44,6 +44,7 @@ from query.as_of import AS_OF_FORM, parse_as_of
 from query.ports import ModelUnavailable
 from query.tokens import InvalidToken
 from query.worker import AskResult, QueryWorker
+from schemas._digits import ascii_uint
 from schemas.decisions import ReasonCode
 
 log = logging.getLogger("ragsync.api")
@@ -205,8 +206,8 @@ class _LazyWorker:
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None when it is larger than limit; stops reading as soon as it is too large."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = ascii_uint(request.headers.get("content-length", ""), max_digits=32)
+    if declared is not None and declared > limit:
         return None
     chunks: list[bytes] = []
     size = 0
@@ -315,7 +316,9 @@ def create_app(
         worker = await run_in_threadpool(holder.get)
         try:
             principal = worker.tokens.verify(credentials.credentials)
-        except InvalidToken:
+        except InvalidToken as exc:
+            # The caller gets one generic 401; the reason (a fixed phrase, never the token) is logged.
+            log.info("token refused: %s", exc)
             return unauthorized()
 
         body = await _read_body(request, MAX_BODY_BYTES)

@@ -8,7 +8,9 @@ library:
 - RS256 or ES256 from an identity provider, verified with the public keys of a configured JWKS
   file, selected by `kid`.
 Claims: `sub` the user, `tenant`, `groups` (a list), `iat`, `exp` and `aud` (all required and
-checked, with a small leeway for clock skew), `iss` when an issuer is configured. The claim names
+checked, with a small leeway for clock skew), `iss` when an issuer is configured. `exp`, `iat` and
+`nbf` are NumericDates (RFC 7519: a JSON number of seconds); a string, a boolean, NaN or an
+infinity is refused, since "NaN" or "Infinity" would make a token that never expires. The claim names
 for tenant, groups and user can be changed to match an identity provider's.
 
 Fail closed: the accepted algorithms come from the key, never from the token (an HMAC key is only
@@ -18,7 +20,9 @@ non-string groups are refused. Every refusal is an InvalidToken, which the API a
 generic 401.
 
 The previous format, base64url(JSON claims) "." base64url(HMAC-SHA256(secret, claims part)), is
-still read until `legacy_until` (a migration window), and refused after it.
+still read until `legacy_until` (a migration window), and refused after it. Its claims get the same
+checks: `groups` a list of strings (a string is refused, never split into one group per letter).
+The reason for a refusal is logged by the API (`token refused: <reason>`), never the token.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import time
 import warnings
 from collections.abc import Mapping
@@ -206,29 +211,20 @@ class TokenVerifier:
 
     def _check_times(self, claims: Mapping[str, Any], now: float) -> None:
         leeway = self.rules.leeway_s
-        try:
-            expires = float(claims["exp"])
-            issued = float(claims["iat"])
-            not_before = float(claims.get("nbf", issued))
-        except (TypeError, ValueError) as exc:
-            raise InvalidToken("malformed time claims") from exc
+        expires = numeric_date(claims, "exp")
+        issued = numeric_date(claims, "iat")
+        not_before = numeric_date(claims, "nbf") if "nbf" in claims else issued
         if expires + leeway <= now:
             raise InvalidToken("token expired")
         if issued - leeway > now or not_before - leeway > now:
             raise InvalidToken("token not valid yet")
 
     def _principal(self, claims: Mapping[str, Any]) -> Principal:
-        groups = claims.get(self.rules.groups_claim, [])
-        user = claims.get(self.rules.user_claim)
-        tenant = claims.get(self.rules.tenant_claim)
-        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-            raise InvalidToken("groups must be a list of strings")
-        if not isinstance(user, str) or not isinstance(tenant, str):
-            raise InvalidToken("missing user or tenant")
-        try:
-            return Principal(tenant=tenant, user=user, groups=tuple(groups))
-        except ValidationError as exc:
-            raise InvalidToken("malformed claims") from exc
+        return principal_of(
+            claims.get(self.rules.tenant_claim),
+            claims.get(self.rules.user_claim),
+            claims.get(self.rules.groups_claim, []),
+        )
 
     def _legacy(self, body: str, signature: str, now: float) -> Principal:
         """The previous format, accepted only inside the migration window."""
@@ -245,13 +241,46 @@ class TokenVerifier:
             raise InvalidToken("bad signature")
         try:
             claims = json.loads(_unb64(body))
-            expires = int(claims["exp"])
-            principal = Principal(tenant=claims["tenant"], user=claims["user"], groups=tuple(claims.get("groups", [])))
-        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        except ValueError as exc:
             raise InvalidToken("malformed claims") from exc
-        if expires <= now:
+        if not isinstance(claims, dict):
+            raise InvalidToken("malformed claims")
+        if numeric_date(claims, "exp") <= now:
             raise InvalidToken("token expired")
-        return principal
+        return principal_of(claims.get("tenant"), claims.get("user"), claims.get("groups", []))
+
+
+def numeric_date(claims: Mapping[str, Any], name: str) -> float:
+    """The claim as an RFC 7519 NumericDate (a JSON number of seconds), else InvalidToken.
+
+    Strings, booleans, NaN and the infinities are refused: `float("NaN")` compares false with every
+    instant and `"Infinity"` is later than all of them, so either made a token that never expires.
+    """
+    value = claims.get(name)
+    if value is None:
+        raise InvalidToken(f"missing {name}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidToken(f"{name} is not a NumericDate")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidToken(f"{name} is out of range") from None
+    if not math.isfinite(seconds):
+        raise InvalidToken(f"{name} is not a finite NumericDate")
+    return seconds
+
+
+def principal_of(tenant: object, user: object, groups: object) -> Principal:
+    """The principal the claims name: strings only, and groups a list of strings. A string is not
+    split into groups ("hr" is not h and r); anything else is refused, never coerced."""
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise InvalidToken("groups must be a list of strings")
+    if not isinstance(user, str) or not isinstance(tenant, str):
+        raise InvalidToken("missing user or tenant")
+    try:
+        return Principal(tenant=tenant, user=user, groups=tuple(groups))
+    except ValidationError as exc:
+        raise InvalidToken("malformed claims") from exc
 
 
 def load_jwks(path: Path) -> jwt.PyJWKSet:

@@ -9,17 +9,16 @@
                             {"doc_id": str, "tenant": str?}: the owner holds the vector shard
                             {"token": str, "question": str, "as_of": ISO datetime?}
 
-The operator key is an HMAC of the home's session secret (`operator_key`): whoever can issue
-session tokens for the home (a CLI with access to it) may read its status and traces, nobody else.
-It travels in the X-Ragsync-Operator header and is compared in constant time. Traces hold passage
-IDs and reason codes only, never text, as everywhere else.
+The operator key is the home's own (ragsync.operator_key: random, in the home, expiring, rotated by
+`ragsync operator rotate`): whoever can read the home (a CLI with access to it) may read its status
+and traces, nobody else. It travels in the X-Ragsync-Operator header and is checked against the key
+file on every request, in constant time, so a rotation or an expiry takes effect at once. Traces hold
+passage IDs and reason codes only, never text, as everywhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -32,13 +31,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from query.tokens import InvalidToken
+from ragsync.operator_key import operator_keys
 from ragsync.owner import Owner
 
 OPERATOR_HEADER = "X-Ragsync-Operator"
-
-
-def operator_key(secret: str) -> str:
-    return hmac.new(secret.encode(), b"ragsync operator v1", hashlib.sha256).hexdigest()
 
 
 class TracedAsk(BaseModel):
@@ -58,11 +54,11 @@ class CertificateRequest(BaseModel):
 
 def mount_owner(app: Starlette, owner: Owner) -> None:
     """Add the owner's routes (before any catch-all mount) and run it inside the app's lifespan."""
-    key = operator_key(owner.settings.secret())
+    keys = operator_keys(owner.settings)
+    keys.current()  # a home's first serve makes its key, so commands find one
 
     def operator(request: Request) -> bool:
-        given = request.headers.get(OPERATOR_HEADER, "")
-        return hmac.compare_digest(given.encode("utf-8", "replace"), key.encode())
+        return keys.accepts(request.headers.get(OPERATOR_HEADER, ""))
 
     def denied() -> JSONResponse:
         return JSONResponse({"error": f"missing or invalid {OPERATOR_HEADER}"}, status_code=401)

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 
 from ragsync.home_lock import OwnerInfo
-from ragsync.owner_api import OPERATOR_HEADER, operator_key
+from ragsync.operator_key import OperatorKeys
+from ragsync.owner_api import OPERATOR_HEADER
 
 TIMEOUT_S = 60.0
 """Generous: a serve that just started may still be loading its model when the first ask arrives."""
@@ -25,16 +26,29 @@ class OwnerRefused(RuntimeError):
 
 
 class OwnerClient:
-    def __init__(self, owner: OwnerInfo, secret: str) -> None:
+    """`keys` is the home's operator key (ragsync.operator_key): read for each call, made when missing
+    or expired, so a client outlives a rotation or an expiry."""
+
+    def __init__(self, owner: OwnerInfo, keys: OperatorKeys) -> None:
         if not owner.api:
             raise ValueError("the owner serves no API")
         self.owner = owner
-        self._key = operator_key(secret)
+        self._keys = keys
         self._http = httpx.Client(base_url=owner.api, timeout=TIMEOUT_S)
+
+    def _operator(self) -> dict[str, str]:
+        return {OPERATOR_HEADER: self._keys.current()}
 
     def _call(self, method: str, path: str, **options: Any) -> Any:
         try:
             response = self._http.request(method, path, **options)
+            if (
+                response.status_code == 401
+                and OPERATOR_HEADER in options.get("headers", {})
+                and OPERATOR_HEADER in response.text
+            ):
+                # The key expired or was rotated between reading it and serve checking it: once more.
+                response = self._http.request(method, path, **{**options, "headers": self._operator()})
         except httpx.HTTPError as exc:
             raise OwnerUnreachable(f"cannot reach {self.owner.describe()}: {exc}") from exc
         if response.status_code >= 400:
@@ -52,14 +66,14 @@ class OwnerClient:
             body["as_of"] = as_of.isoformat()
         if trace:
             result: dict[str, Any] = self._call(
-                "POST", "/v1/owner/ask", json={**body, "token": token}, headers={OPERATOR_HEADER: self._key}
+                "POST", "/v1/owner/ask", json={**body, "token": token}, headers=self._operator()
             )
             return result
         answer: dict[str, Any] = self._call("POST", "/v1/ask", json=body, headers={"Authorization": f"Bearer {token}"})
         return answer
 
     def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/v1/owner/status", headers={OPERATOR_HEADER: self._key})
+        result: dict[str, Any] = self._call("GET", "/v1/owner/status", headers=self._operator())
         return result
 
     def deletion_certificate(self, doc_id: str, tenant: str | None) -> dict[str, Any]:
@@ -68,7 +82,7 @@ class OwnerClient:
             "POST",
             "/v1/owner/audit/deletion",
             json={"doc_id": doc_id, "tenant": tenant},
-            headers={OPERATOR_HEADER: self._key},
+            headers=self._operator(),
         )
         return cert
 

@@ -313,6 +313,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def metrics_guard(settings: Settings) -> str:
+    """What guards a metrics listener, for its startup line: with no token, every account of the machine
+    can read them on loopback too, so the line says so rather than looking safe."""
+    if settings.metrics_token:
+        return "(Bearer metrics_token)"
+    return "(no credential: any local account can read them; set metrics_token to require one)"
+
+
 def check_metrics_exposure(settings: Settings) -> None:
     """Operator metrics leave the machine only behind a credential (fail closed on a misconfiguration)."""
     if settings.metrics_port is not None and not _is_loopback(settings.metrics_host) and not settings.metrics_token:
@@ -369,8 +377,7 @@ def run_server(
     api_url = api.url.replace("http://", f"{scheme}://", 1)
     announce(f"ragsync serve: API on {api_url}  (POST /v1/ask; docs {api_url}/docs, OpenAPI {api_url}/openapi.json)")
     if metrics is not None:
-        guarded = " (Bearer metrics_token)" if settings.metrics_token else ""
-        announce(f"ragsync serve: operator metrics on {metrics.url}/metrics{guarded}")
+        announce(f"ragsync serve: operator metrics on {metrics.url}/metrics {metrics_guard(settings)}")
     else:
         announce("ragsync serve: operator metrics off (metrics_port unset)")
     for name in settings.webhooks:

@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     """Webhook sources by name; env RAGSYNC_WEBHOOKS='{"kb": {"secret": "...", "tenants": ["acme"]}}'."""
     webhook_max_skew_s: float = Field(default=300.0, gt=0, le=3600)
     """A push signed further than this from the server's clock (either way) is refused as a replay."""
+    operator_key_ttl_s: float = Field(default=86400.0, gt=0, le=366 * 86400)
+    """Lifetime of the home's operator key (ragsync.operator_key); the next command renews an expired one."""
 
     embed_model_path: Path | None = Field(default_factory=_default_model_path)
     embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
@@ -133,7 +135,9 @@ class Settings(BaseSettings):
 
     metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
     metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener
-    metrics_token: str = ""  # operator credential for /metrics (required off loopback and for ragsync.server:app)
+    metrics_token: str = ""
+    """Operator credential for /metrics: when set, required on every metrics listener, loopback included
+    (serve's, a cluster worker's, ragsync.server:app's). Needed off loopback and for ragsync.server:app."""
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic_prefix: str = "ragsync."

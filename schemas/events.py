@@ -9,6 +9,12 @@ that source calls it (a drive's path relative to its root). Every store and the 
 documents by (tenant, doc_id), so the namespace is what keeps one source from touching another's
 documents: an event whose doc_id is outside its own source's namespace fails validation and is
 dead-lettered, never applied.
+
+IDs (doc IDs, tenants, source names, event IDs, ACL entries) are printed in log lines, reports and
+audit records, so none may hold a control character: a doc ID with a newline or a NUL would forge
+or cut a log line. Pushes and new documents with one are refused here, at the boundary every
+connector goes through; ACL and delete events still name a document indexed before this rule,
+so its revocation or deletion is never frozen.
 """
 
 from __future__ import annotations
@@ -24,10 +30,37 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from schemas._time import to_utc, utcnow
 from schemas.extracted import ExtractedDocument
 
-ACL_ENTRY_PATTERN = r"^(group|user):[^\s:][^\s]*$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Unicode control characters (C0, DEL, C1) and the line and paragraph separators."""
+
+
+def control_character(text: str) -> str | None:
+    """Why `text` cannot be an ID (its first control character and where), or None when it can."""
+    found = _CONTROL.search(text)
+    if found is None:
+        return None
+    return f"contains the control character U+{ord(found.group()):04X} at position {found.start()}"
+
+
+def shown(text: str) -> str:
+    """`text` as it may be printed on one line: itself, or quoted with its control characters escaped."""
+    return text if control_character(text) is None else ascii(text)
+
+
+def _printable(text: str) -> str:
+    problem = control_character(text)
+    if problem is not None:
+        raise ValueError(f"{problem}: IDs appear in log lines and cannot hold one")
+    return text
+
+
+ACL_ENTRY_PATTERN = r"^(group|user):[^\s:\x00-\x1f\x7f-\x9f][^\s\x00-\x1f\x7f-\x9f]*$"
 AclEntry = Annotated[str, Field(pattern=ACL_ENTRY_PATTERN)]
 UtcDatetime = Annotated[datetime, AfterValidator(to_utc)]
-Identifier = Annotated[str, Field(min_length=1, max_length=1024)]
+Identifier = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable)]
+"""An ID from outside (a pushed doc ID): no control characters (see the module docstring)."""
+IndexedIdentifier = Annotated[str, Field(min_length=1, max_length=1024)]
+"""An ID an ACL or delete event may name: any document ever indexed, printable or not."""
 
 SOURCE_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
 """Short and plain: it prefixes every doc ID, and it cannot contain ':', so the first ':' ends it."""
@@ -36,7 +69,7 @@ _SOURCE_NAME = re.compile(SOURCE_NAME_PATTERN)
 
 
 def valid_source_name(name: str) -> bool:
-    return bool(_SOURCE_NAME.match(name))
+    return bool(_SOURCE_NAME.fullmatch(name))  # not .match: its '$' also matches before a final newline
 
 
 def qualify_doc_id(source: str, path: str) -> str:
@@ -134,10 +167,10 @@ Payload = Annotated[UpsertPayload | AclPayload | DeletePayload, Field(discrimina
 class Event(_Strict):
     """The envelope every connector emits and every worker validates before it touches a store."""
 
-    event_id: str = Field(min_length=8, max_length=128)
+    event_id: Annotated[str, Field(min_length=8, max_length=128), AfterValidator(_printable)]
     kind: EventKind
     tenant: Identifier = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    doc_id: Identifier
+    doc_id: IndexedIdentifier  # printable for upserts: _new_documents_have_printable_ids
     version: int = Field(ge=1)
     occurred_at: UtcDatetime = Field(default_factory=utcnow)
     source: SourceName
@@ -147,6 +180,15 @@ class Event(_Strict):
     def _kind_matches_payload(self) -> Event:
         if self.payload.kind != self.kind.value:
             raise ValueError(f"kind {self.kind.value!r} does not match payload kind {self.payload.kind!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _new_documents_have_printable_ids(self) -> Event:
+        """No new document with a control character in its ID; ACL and delete events may still name
+        one indexed before the rule, so no revocation or deletion of it is ever refused."""
+        problem = control_character(self.doc_id) if self.kind is EventKind.UPSERT else None
+        if problem is not None:
+            raise ValueError(f"doc_id {problem}: IDs appear in log lines and cannot hold one")
         return self
 
     @model_validator(mode="after")

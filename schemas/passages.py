@@ -8,6 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas._digits import ascii_uint
 from schemas.events import AclEntry, UtcDatetime
 from schemas.principal import grants_allow
 
@@ -19,10 +20,11 @@ def make_passage_id(doc_id: str, version: int, anchor: str) -> str:
 def split_passage_id(passage_id: str) -> tuple[str, int, str]:
     """Split on the last '@' and '#' so doc IDs that contain either still round-trip."""
     head, _, anchor = passage_id.rpartition("#")
-    doc_id, _, version = head.rpartition("@")
-    if not doc_id or not version.isdigit() or not anchor:
+    doc_id, _, digits = head.rpartition("@")
+    version = ascii_uint(digits)
+    if not doc_id or version is None or not anchor:
         raise ValueError(f"not a passage id: {passage_id!r}")
-    return doc_id, int(version), anchor
+    return doc_id, version, anchor
 
 
 _LOCATION = re.compile(r"(?:^|&)(page|row)=(\d+)(?:-(\d+))?(?:&|$)")

@@ -409,7 +409,14 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
     try:
         from ragsync.propagation_metrics import PropagationMetrics
         from ragsync.purge import scheduled_purges
-        from ragsync.server import bind, check_metrics_exposure, metrics_app, new_registry, serve_in_thread
+        from ragsync.server import (
+            bind,
+            check_metrics_exposure,
+            metrics_app,
+            metrics_guard,
+            new_registry,
+            serve_in_thread,
+        )
 
         registry = new_registry()
         metrics = PropagationMetrics(registry, settings.revocation_bound_s)
@@ -421,7 +428,7 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
                 log.warning("worker metrics not served: %s", "; ".join(exc.problems))
             else:
                 serve_in_thread(metrics_app(registry, settings.metrics_token), listener)
-                log.info("worker metrics on %s/metrics", listener.url)
+                log.info("worker metrics on %s/metrics %s", listener.url, metrics_guard(settings))
         tracker = components.tracker(observe=metrics.observe)
         tracker.sweep(components.docs)
         indexer = Indexer(

@@ -368,10 +368,20 @@ class KafkaEventLog:
 
     # ---- erasure (see streams.erasure) ---------------------------------------------------------
 
-    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
+    def erase_document(
+        self,
+        tenant: str,
+        doc_id: str,
+        up_to_version: int | None,
+        *,
+        dead_letters: bool = True,
+        published_by_ms: int | None = None,
+    ) -> int:
         """Append an erase marker to the documents topic; its consumer appends the tombstones.
 
-        Returns 0: nothing is erased yet when this returns (records cannot be rewritten in Kafka).
+        Every record of the key before the tombstone goes at compaction, whatever its version, so
+        `published_by_ms` (the SQLite log's bound for an erasure) is what the marker's place already
+        does here. Returns 0: nothing is erased yet when this returns (records cannot be rewritten).
         """
         self.publish_raw(TOPIC_DOCUMENTS, f"{tenant}/{doc_id}", marker_value(up_to_version, dead_letters))
         self.flush()

@@ -67,10 +67,20 @@ class EventLog(Protocol):
     def lag(self, topic: str, group: str) -> int:
         """Records not yet committed by the group."""
 
-    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
+    def erase_document(
+        self,
+        tenant: str,
+        doc_id: str,
+        up_to_version: int | None,
+        *,
+        dead_letters: bool = True,
+        published_by_ms: int | None = None,
+    ) -> int:
         """After a deletion was applied: remove the content of the document's upserts up to the version
-        (and its dead letters) from the log. SQLite rewrites the records at once; Kafka appends an
-        erase marker that the documents consumer turns into tombstones (streams.erasure)."""
+        (and its dead letters) from the log; with `published_by_ms` (an erasure), also every record of
+        the document published by then, whatever its version. SQLite rewrites the records at once; Kafka
+        appends an erase marker that the documents consumer turns into tombstones (streams.erasure),
+        which drop every earlier record of the key."""
 
     def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
         """After an upsert was applied: remove the content of the document's older upserts."""

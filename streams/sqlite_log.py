@@ -7,8 +7,11 @@ Positions between poll and commit are kept in memory only, exactly like a Kafka 
 Content does not outlive its document: once a deletion is applied, `erase_document` empties the
 value of every upsert of that document up to the deleted version, and of its dead letters (the
 record keeps its topic, offset, key, version and publish time, and is skipped by consumers like a
-Kafka tombstone); once a newer upsert is applied, the older upserts' content goes the same way,
-as Kafka's compaction does to the cluster's documents topic. The connection runs with
+Kafka tombstone); an erasure (`ragsync erase`) also empties every record of the document published
+before it, whatever version it claims (a dead-lettered upsert above the erasure's version kept its
+text otherwise), as a Kafka tombstone drops every earlier record of its key. Once a newer upsert
+is applied, the older upserts' content goes the same way, as Kafka's compaction does to the
+cluster's documents topic. The connection runs with
 `secure_delete` on, so the old bytes are overwritten in the page rather than left in free space,
 and `purge` checkpoints and truncates the write-ahead log, the last file that could hold them.
 """
@@ -241,11 +244,21 @@ class SqliteEventLog:
             ).fetchone()
             return max(0, int(end) - self._committed(topic, group))
 
-    def erase_document(self, tenant: str, doc_id: str, up_to_version: int | None, *, dead_letters: bool = True) -> int:
-        """Empty the values of the document's upserts with version <= up_to_version (all when None)
-        and, with `dead_letters`, of its dead letters; returns how many records were erased.
+    def erase_document(
+        self,
+        tenant: str,
+        doc_id: str,
+        up_to_version: int | None,
+        *,
+        dead_letters: bool = True,
+        published_by_ms: int | None = None,
+    ) -> int:
+        """Empty the values of the document's upserts with version <= up_to_version (all when None),
+        and of those published at or before `published_by_ms` whatever their version, and, with
+        `dead_letters`, of its dead letters; returns how many records were erased.
 
-        Records from before the version column are matched by parsing their value once.
+        Records from before the version column are matched by parsing their value once; records from
+        before the publish-time column count as published before any erasure.
         """
         key = f"{tenant}/{doc_id}"
         erased = 0
@@ -253,14 +266,16 @@ class SqliteEventLog:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 rows = self._conn.execute(
-                    "SELECT topic, offset, version, value FROM records WHERE topic IN (?, ?) AND key = ?"
-                    " AND length(value) > 0",
+                    "SELECT topic, offset, version, value, published_ms FROM records WHERE topic IN (?, ?)"
+                    " AND key = ? AND length(value) > 0",
                     (TOPIC_DOCUMENTS, TOPIC_DLQ, key),
                 ).fetchall()
-                for topic, offset, version, value in rows:
+                for topic, offset, version, value, published in rows:
                     if topic == TOPIC_DLQ:
                         if not dead_letters:
                             continue
+                    elif published_by_ms is not None and (published is None or published <= published_by_ms):
+                        pass  # published before the erasure: gone, whatever version it claims
                     elif up_to_version is not None:
                         known = version if version is not None else _version_of(bytes(value))
                         if known is not None and known > up_to_version:

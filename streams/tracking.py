@@ -256,9 +256,15 @@ def after_durable(
                 tombstone(record.key, dead_letters=marker.dead_letters)
             continue
         if isinstance(event.payload, DeletePayload):
-            events.erase_document(event.tenant, event.doc_id, event.version)
             if event.payload.erase:
+                # Every version: a dead-lettered upsert may claim a version above the erasure's, which
+                # was chosen from what the indexer and the connector knew. Bounded by the erasure's
+                # publish time, so a re-creation published after it keeps its content.
+                published = record.timestamp_ms if record.timestamp_ms is not None else int(time.time() * 1000)
+                events.erase_document(event.tenant, event.doc_id, event.version, published_by_ms=published)
                 erasures.append(event)
+            else:
+                events.erase_document(event.tenant, event.doc_id, event.version)
         elif event.kind is EventKind.UPSERT and result is not None and result.outcome is Outcome.APPLIED:
             events.compact_document(event.tenant, event.doc_id, event.version)
     return erasures

@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import raw_asgi
 from conftest import NOW, make_passage
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
@@ -184,6 +185,19 @@ def test_oversized_body_is_413(client: TestClient) -> None:
     response = client.post("/v1/ask", json={"question": "refunds " * 20000}, headers=bearer(STAFF))
 
     assert response.status_code == 413
+
+
+@pytest.mark.parametrize("declared", [b"\xb2", b"1\xb9"])
+def test_a_content_length_in_other_digits_is_not_a_500(client: TestClient, declared: bytes) -> None:
+    """'²' (b"\xb2" read as latin-1) passes str.isdigit() and fails int(): it was a 500 with a traceback."""
+    body = b'{"question": "When are refunds paid?"}'
+    headers = [(k.encode(), v.encode()) for k, v in bearer(STAFF).items()]
+    assert client.portal is not None
+    status, answer = client.portal.call(
+        raw_asgi.post, client.app, "/v1/ask", [*headers, (b"content-length", declared)], body
+    )
+
+    assert status == 200, answer
 
 
 def test_principal_without_access_gets_the_generic_abstention(client: TestClient) -> None:

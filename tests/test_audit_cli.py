@@ -94,6 +94,14 @@ def test_verify_detects_a_rewritten_trail_against_an_anchor(tmp_path: Path) -> N
     assert code == 1 and "anchor" in str(report["problems"])
 
 
+def test_an_anchor_in_other_digits_is_a_usage_error(tmp_path: Path) -> None:
+    """'²' passes str.isdigit() and fails int(): it was a traceback instead of a usage error."""
+    env = {"RAGSYNC_HOME": str(tmp_path / "home"), "RAGSYNC_CONFIG": "/dev/null"}
+    result = CliRunner().invoke(main, ["audit", "verify", "--anchor", "²:" + "0" * 64], env=env)
+    assert result.exit_code == 2 and "expected SEQ:SHA256" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_records_of_a_home_from_before_the_chain_are_chained_once(tmp_path: Path) -> None:
     from indexer.audit_chain import verify
 

@@ -90,6 +90,9 @@ def test_exit_codes_are_documented_in_help(env: dict[str, str]) -> None:
         pytest.param(["--tenant", "bad tenant/../"], "'bad tenant/../' is not a tenant name", id="tenant"),
         pytest.param(["--user", "ann smith"], "'ann smith' is not a user name", id="user"),
         pytest.param(["--groups", "staff,h r"], "'h r' is not a group name", id="group"),
+        # re.match's '$' also matches before a final newline: these were tracebacks from Principal.
+        pytest.param(["--tenant", "acme\n"], "'acme\\n' is not a tenant name", id="tenant-newline"),
+        pytest.param(["--user", "ann\n"], "'ann\\n' is not a user name", id="user-newline"),
     ],
 )
 def test_token_issue_validates_its_inputs(env: dict[str, str], args: list[str], says: str) -> None:

@@ -133,3 +133,13 @@ def test_text_helpers() -> None:
     assert query_terms("the of") == ["the", "of"]
     assert normalize("  A\n\tB  c ") == "a b c"
     assert numbers_in("1,000 and 3.11 and 45.") == {"1000", "3.11", "45"}
+
+
+@pytest.mark.parametrize("version", ["²", "١", "５", "1_0", " 1", "-1", ""])
+def test_a_passage_id_version_is_ascii_digits_only(version: str) -> None:
+    """int() reads '١' as 1: "d@١#a" would have parsed as the passage d@1#a, which nothing ever writes."""
+    from schemas.passages import make_passage_id, split_passage_id
+
+    assert split_passage_id(make_passage_id("drive:a@b#c.md", 12, "s0")) == ("drive:a@b#c.md", 12, "s0")
+    with pytest.raises(ValueError, match="not a passage id"):
+        split_passage_id(f"drive:d.md@{version}#s0")

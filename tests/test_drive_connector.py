@@ -13,7 +13,7 @@ import pytest
 from connectors.base import Skipped, SourceConnector, SourceDocument, content_metadata
 from connectors.drive import DriveConnector, resolve_access
 from connectors.scan import ScanReport, scan
-from connectors.state import ConnectorState
+from connectors.state import ConnectorState, DocRecord
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, doc_path, make_event_id
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -440,6 +440,36 @@ async def test_an_unexpected_failure_on_one_document_is_reported_not_raised(
     report, events = await harness.run()
     assert len(events) == 5 and "acme/board.md" not in by_doc(events)
     assert report.errors == ["acme/board.md: cannot index: RecursionError: maximum recursion depth exceeded"]
+
+
+async def test_a_file_named_with_a_control_character_is_that_files_error(harness: Harness, drive: Path) -> None:
+    """Its name would be a doc ID with a newline in every log line: refused by the event schema, as for
+    every connector, reported on one line, and the rest of the scan goes on."""
+    write(drive, {"acme/policies/a\nWARNING b.md": "# Oops\n\nA file name with a newline.\n"})
+    report, events = await harness.run()
+    assert len(events) == 6 and not any("\n" in e.doc_id for e in events)
+    [error] = report.errors
+    assert error.startswith("'acme/policies/a\\nWARNING b.md': invalid document: 1 error(s): doc_id contains")
+    assert (
+        error.endswith(
+            ": doc_id contains the control character U+000A at position 21: IDs appear in log lines and cannot hold one"
+        )
+        and "\n" not in error
+    )
+    assert not report.deletes_skipped
+
+
+async def test_a_document_named_before_the_rule_can_still_be_revoked_and_deleted(harness: Harness, drive: Path) -> None:
+    """Indexed before control characters were refused: its ACL changes and its deletion still flow."""
+    name = "acme/policies/a\nb.md"
+    write(drive, {name: "# Old\n\nIndexed before the rule.\n"})
+    harness.state.put("drive", DocRecord("acme", name, 1, "0" * 64, ("group:hr", "group:staff"), "old", deleted=False))
+    report, events = await harness.run()
+    [acl] = [e for e in events if e.doc_id == f"drive:{name}"]
+    assert acl.kind is EventKind.ACL and acl.payload == AclPayload(acl=("group:staff",)), "the revocation flows"
+    (drive / name).unlink()
+    report, events = await harness.run()
+    assert [(e.kind, e.doc_id) for e in events] == [(EventKind.DELETE, f"drive:{name}")] and report.deletes == 1
 
 
 async def test_acl_change_is_applied_when_the_same_edit_breaks_the_content(harness: Harness, drive: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,64 @@ def test_erase_removes_every_version_and_purges_at_once(tmp_path: Path) -> None:
     verified = json.loads(run(env, "audit", "verify", "--json").output)
     assert verified["ok"] is True
     run(env, "erase", "--tenant", "acme", "acme/ops/nothing.md", code=2)
+
+
+DEAD_WORDS = ("quorvintaxqxq", "blemmorathqxq")
+
+
+def test_erase_covers_a_dead_letter_above_the_erasure_s_version(tmp_path: Path) -> None:
+    """A dead-lettered upsert claiming a version above the erasure's kept its text in events.db after
+    `ragsync erase`, and the certificate did not count it (issue 18): the erasure's version comes from
+    what the indexer and the connector know, and neither knows a record that was never applied."""
+    env = {
+        "RAGSYNC_HOME": str(tmp_path / "home"),
+        "RAGSYNC_EMBED_MODEL_PATH": str(MODEL_PATH),
+        "RAGSYNC_SESSION_SECRET": "erase-test-secret-0123456789abcdef",
+        "RAGSYNC_CONFIG": "/dev/null",
+    }
+    home = Path(env["RAGSYNC_HOME"])
+    drive = tmp_path / "drive"
+    (drive / "acme/ops").mkdir(parents=True)
+    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    (drive / "acme/ops/plan.md").write_text(v1())
+    run(env, "sync", str(drive), "--json")
+    body = {  # no content_hash: invalid, so the indexer dead-letters it
+        "event_id": "e" * 32,
+        "kind": "upsert",
+        "tenant": "acme",
+        "doc_id": "drive:acme/ops/plan.md",
+        "version": 9,
+        "source": "drive",
+        "payload": {"kind": "upsert", "content": f"{DEAD_WORDS[0]} {DEAD_WORDS[1]}", "content_type": "markdown"},
+    }
+    log = SqliteEventLog(home / "events.db")
+    log.publish_raw("documents", "acme/drive:acme/ops/plan.md", json.dumps(body).encode())
+    log.close()
+    run(env, "sync", str(drive), "--json")  # applies the pending record: dead-lettered
+    assert [letter["key"] for letter in json.loads(run(env, "dlq", "list", "--json").output)] == [
+        "acme/drive:acme/ops/plan.md"
+    ]
+    assert found_in(home, DEAD_WORDS)
+
+    out = json.loads(run(env, "erase", "--tenant", "acme", "acme/ops/plan.md", "--json").output)
+    assert out["erased"] is True and out["version"] == 2, "below the dead letter's claimed version 9"
+    cert = json.loads(run(env, "audit", "deletion", "acme/ops/plan.md", "--json").output)
+    log_copies = {c["copy"]: c["remnants"] for c in cert["copies"] if c["copy"] in ("event log", "dead-letter topic")}
+    assert log_copies == {"event log": 0, "dead-letter topic": 0} and cert["complete"], cert
+    assert found_in(home, DEAD_WORDS + V1_WORDS) == {}, "no version's text is left in any file of the home"
+
+
+def test_an_erasure_spares_a_re_creation_published_after_it(tmp_path: Path) -> None:
+    log = SqliteEventLog(tmp_path / "events.db")
+    log.publish(upsert(1, f"text {V1_WORDS[0]}"))
+    log.publish_raw("documents", "acme/t:p.md", json.dumps({"version": 7, "value": V1_WORDS[1]}).encode())
+    log.publish_raw("dlq", "acme/t:p.md", json.dumps({"value": V1_WORDS[2]}).encode())
+    (erased_at,) = [r.timestamp_ms for r in log.poll("documents", "g", 10)][-1:]
+    assert erased_at is not None
+    time.sleep(0.01)
+    log.publish(upsert(8, f"re-created {V2_WORDS[0]}"))  # after the erasure was published
+    assert log.remnants("acme", "t:p.md") == {"documents": 3, "dlq": 1}
+    assert log.erase_document("acme", "t:p.md", 2, published_by_ms=erased_at) == 3, "v1, the 'v7' and the dlq"
+    assert log.remnants("acme", "t:p.md") == {"documents": 1, "dlq": 0}
+    assert [bool(r.value) for r in log.poll("documents", "h", 10)] == [False, False, True], "v8 stays"
+    log.close()

@@ -156,6 +156,10 @@ def test_serve_startup_names_every_address(serve: tuple[Server, str, str, str]) 
     assert httpx.get(f"{api}/openapi.json").json()["paths"]["/v1/ask"]
     assert httpx.get(f"{api}/readyz").json()["status"] == "ready"
     assert any(f"docs {api}/docs" in line for line in server.lines)
+    # Loopback is no credential: any account of the machine can scrape, and the startup line says so.
+    assert any(
+        "/metrics (no credential: any local account can read them; set metrics_token" in line for line in server.lines
+    )
     assert server.stop(signal.SIGTERM) == 0  # a graceful stop, as under a service manager
 
 
@@ -169,6 +173,7 @@ def test_metrics_off_loopback_need_an_operator_credential(synced: tuple[dict[str
 
 
 def test_a_metrics_token_guards_the_operator_listener(synced: tuple[dict[str, str], str]) -> None:
+    """On loopback too: when set, the token is required on every metrics listener."""
     env, _ = synced
     server = launch(
         [sys.executable, "-m", "ragsync.cli", "serve", "--port", "0"],

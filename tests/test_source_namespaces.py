@@ -8,6 +8,7 @@ the drive's own HR document (every version), because every store keyed documents
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from pydantic import ValidationError
 from starlette.testclient import TestClient
 
 from connectors.state import ConnectorState, SourceConflict
@@ -26,7 +28,16 @@ from ragsync.pipeline import sync_folder
 from ragsync.server import server_app
 from ragsync.settings import Settings
 from ragsync.wiring import build
-from schemas.events import AclPayload, Event, EventKind, make_event_id, split_doc_id
+from schemas.events import (
+    AclPayload,
+    DeletePayload,
+    Event,
+    EventKind,
+    UpsertPayload,
+    make_event_id,
+    split_doc_id,
+    valid_source_name,
+)
 from schemas.principal import Principal
 from streams.embedded_worker import EmbeddedWorker
 from streams.ports import TOPIC_ACL, TOPIC_DLQ
@@ -122,6 +133,44 @@ def test_an_event_must_be_namespaced_by_its_own_source(doc_id: str, source: str)
             source=source,
             payload=AclPayload(acl=()),
         )
+
+
+def _event(kind: EventKind, doc_id: str, event_id: str = "e" * 16) -> Event:
+    payload = {
+        EventKind.UPSERT: UpsertPayload(content="x", content_type="text", content_hash="h" * 8, acl=(), source_url=""),
+        EventKind.ACL: AclPayload(acl=()),
+        EventKind.DELETE: DeletePayload(),
+    }[kind]
+    return Event(event_id=event_id, kind=kind, tenant="acme", doc_id=doc_id, version=1, source="kb", payload=payload)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\n", "\r", "\x1b", "\x7f", "\x85", "\u2028"])
+def test_ids_with_control_characters_are_refused_at_the_schema(char: str) -> None:
+    """A doc ID with a newline or a NUL forged or cut every log line that named it (issue 18)."""
+    with pytest.raises(
+        ValidationError, match=f"doc_id contains the control character U\\+{ord(char):04X} at position 5"
+    ):
+        _event(EventKind.UPSERT, f"kb:ab{char}c")
+    with pytest.raises(ValidationError, match="event_id"):
+        _event(EventKind.DELETE, "kb:abc", event_id=f"{'e' * 16}{char}")
+    with pytest.raises(ValidationError, match="acl"):
+        AclPayload(acl=(f"group:staff{char}",))
+    with pytest.raises(ValidationError, match="tenant"):
+        Event.model_validate({**_event(EventKind.ACL, "kb:x").model_dump(), "tenant": f"acme{char}"})
+    assert not valid_source_name(f"kb{char}") and not valid_source_name(f"{char}kb")
+    with pytest.raises(ValueError, match="not namespaced"):
+        split_doc_id(f"kb{char}:path")
+    # A document indexed before the rule can still lose its readers and be deleted: never frozen.
+    assert _event(EventKind.ACL, f"kb:ab{char}c").doc_id == f"kb:ab{char}c"
+    assert _event(EventKind.DELETE, f"kb:ab{char}c").doc_id == f"kb:ab{char}c"
+
+
+def test_a_manifest_entry_ending_in_a_newline_is_refused() -> None:
+    """re.match's '$' matches before a final newline: "group:staff\\n" passed the manifest check."""
+    from connectors.drive import parse_manifest
+
+    with pytest.raises(ValueError, match=re.escape("invalid ACL entry 'group:staff\\n'")):
+        parse_manifest('read = ["group:staff\\n"]\n', "m.toml")
 
 
 def _cli(tmp_path: Path, *args: str) -> Any:

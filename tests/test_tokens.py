@@ -112,6 +112,41 @@ def test_refused(token: Any) -> None:
         verifier().verify(token())
 
 
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+@pytest.mark.parametrize(
+    "value",
+    # A string or a non-finite number slipped through float(): "NaN" compares false with every
+    # instant and "Infinity" is later than all of them, so a key holder minted tokens that never expire.
+    ["NaN", "Infinity", "-Infinity", "1e30", str(int(time.time()) + 600), float("nan"), float("inf"), True, 10**400],
+    ids=["str-nan", "str-inf", "str-neg-inf", "str-big", "str-digits", "nan", "inf", "bool", "huge-int"],
+)
+def test_times_must_be_numeric_dates(claim: str, value: Any) -> None:
+    with pytest.raises(InvalidToken, match=claim):
+        verifier().verify(hs256(claims(**{claim: value})))
+
+
+def test_numeric_dates_may_be_fractional() -> None:
+    now = time.time()
+    assert verifier().verify(hs256(claims(iat=now, nbf=now, exp=now + 60.5))) == ANN
+
+
+def test_a_refused_token_is_logged_with_its_reason_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from indexer.sqlite_fts import SqliteLexicalIndex
+
+    index = SqliteLexicalIndex(tmp_path / "lexical.db")
+    worker = QueryWorker(Retriever(index, None, None, None), ExtractiveModel(), SECRET)
+    bad = hs256(claims(groups="hr"))
+    try:
+        with TestClient(create_app(lambda: worker)) as client, caplog.at_level("INFO", logger="ragsync.api"):
+            response = client.post("/v1/ask", json={"question": "q"}, headers={"Authorization": f"Bearer {bad}"})
+    finally:
+        index.close()
+
+    assert response.status_code == 401 and response.json() == {"error": "invalid token"}, "one generic answer"
+    assert "token refused: groups must be a list of strings" in caplog.messages
+    assert not any(bad.split(".")[1] in m for m in caplog.messages), "never the token"
+
+
 def tamper(token: str, **changes: Any) -> str:
     header, payload, signature = token.split(".")
     body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -302,6 +337,36 @@ def test_previous_format_is_read_only_inside_the_window() -> None:
     forged_body = issue_legacy_token("attacker-secret-of-at-least-32-bytes", intruder).partition(".")[0]
     with pytest.raises(InvalidToken):
         open_window.verify(f"{forged_body}.{signature}")
+
+
+def legacy(payload: dict[str, Any], secret: str = SECRET) -> str:
+    """A token of the previous format built by hand: base64url(JSON claims) "." base64url(HMAC)."""
+    body = b64(json.dumps(payload).encode())
+    return f"{body}.{b64(hmac.new(secret.encode(), body.encode(), hashlib.sha256).digest())}"
+
+
+def test_previous_format_groups_are_a_list_of_strings_or_refused() -> None:
+    open_window = verifier(legacy_until=datetime.now(UTC) + timedelta(days=7))
+    base = {"tenant": "acme", "user": "ann", "exp": int(time.time()) + 600}
+
+    assert open_window.verify(legacy({**base, "groups": ["hr"]})).groups == ("hr",)
+    assert open_window.verify(legacy(base)).groups == ()
+    for groups in ("hr", {"hr": 1}, [1], ["hr", None], None):
+        with pytest.raises(InvalidToken, match="groups must be a list of strings"):
+            open_window.verify(legacy({**base, "groups": groups}))  # "hr" was read as the groups h and r
+
+
+def test_previous_format_exp_is_a_numeric_date() -> None:
+    open_window = verifier(legacy_until=datetime.now(UTC) + timedelta(days=7))
+    base = {"tenant": "acme", "user": "ann", "groups": ["staff"], "exp": int(time.time()) + 600}
+
+    assert open_window.verify(legacy(base)) == ANN
+    for exp in ("NaN", "Infinity", str(int(time.time()) + 600), float("inf"), True, None):
+        with pytest.raises(InvalidToken, match="exp"):
+            open_window.verify(legacy({**base, "exp": exp}))
+    for odd in ([base], "claims", 7):
+        with pytest.raises(InvalidToken):
+            open_window.verify(legacy(odd))  # type: ignore[arg-type]
 
 
 # ---- through the API and the CLI ----------------------------------------------------------------

@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import raw_asgi
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from connectors.state import ConnectorState, DocRecord
-from connectors.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookSource, create_webhook_app, sign
+from connectors.webhook import (
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookSource,
+    create_webhook_app,
+    sign,
+    signed_headers,
+)
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS
 from streams.sqlite_log import SqliteEventLog
@@ -257,6 +265,14 @@ def test_tenant_and_source_are_part_of_the_identity(hook: Hook) -> None:
         ({**REFUNDS, "content": "---\neffective_from: 2026-13-01\n---\n# x\n"}, "2026-13-01"),
         ({**REFUNDS, "effective_from": "0001-01-01T00:00:00+14:00"}, "is out of range"),  # was HTTP 500
         ({**REFUNDS, "content": "---\neffective_from: 0001-01-01T00:00:00+14:00\n---\n# x\n"}, "out of range"),
+        # Control characters reached every log line naming the document (issue 18: NUL and newline).
+        ({**REFUNDS, "doc_id": "kb/\x00x"}, "upsert.doc_id: contains the control character U+0000 at position 3"),
+        ({**REFUNDS, "doc_id": "kb/a\nWARNING forged"}, "upsert.doc_id: contains the control character U+000A"),
+        ({**REFUNDS, "doc_id": "kb/\u2028x"}, "upsert.doc_id: contains the control character U+2028"),
+        ({"action": "acl", "tenant": "acme", "doc_id": "a\rb", "acl": [], "sequence": 1}, "acl.doc_id: contains"),
+        ({"action": "delete", "tenant": "acme", "doc_id": "a\x85", "sequence": 1}, "delete.doc_id: contains"),
+        ({**REFUNDS, "acl": ["group:staff\x00"]}, "upsert.acl[0]: String should match pattern"),
+        ({**REFUNDS, "tenant": "acme\n"}, "upsert.tenant: String should match pattern"),
     ],
 )
 def test_invalid_push_is_422_with_a_clear_message(hook: Hook, body: dict[str, Any] | bytes, message: str) -> None:
@@ -270,6 +286,16 @@ def test_invalid_push_is_422_with_a_clear_message(hook: Hook, body: dict[str, An
 def test_oversized_body_is_413(hook: Hook) -> None:
     response = hook.push({**REFUNDS, "content": "x" * (65 * 1024)})
     assert response.status_code == 413 and hook.all_events() == []
+
+
+def test_a_content_length_in_other_digits_is_not_a_500(hook: Hook) -> None:
+    raw = json.dumps({**REFUNDS, "sequence": 1}).encode()
+    signed = [(k.encode(), v.encode()) for k, v in signed_headers(SECRET, raw, TS).items()]
+    assert hook.client.portal is not None
+    status, body = hook.client.portal.call(
+        raw_asgi.post, hook.client.app, "/v1/webhooks/kb", [*signed, (b"content-length", b"\xb2")], raw
+    )
+    assert status == 202, body
 
 
 def test_publish_failure_is_503_and_leaves_state_so_the_retry_publishes(hook: Hook) -> None:
@@ -393,12 +419,18 @@ def test_a_push_signed_outside_the_window_is_refused_as_a_replay(hook: Hook, off
     assert hook.push({**REFUNDS, "sequence": 1}, at=TS + 299).status_code == 202, "inside the window"
 
 
-@pytest.mark.parametrize("timestamp", ["", "yesterday", "-5", "1.5", "9" * 13])
-def test_a_missing_or_malformed_timestamp_is_401(hook: Hook, timestamp: str) -> None:
+@pytest.mark.parametrize(
+    "timestamp",
+    # b"\xb2" reaches the app as '²' (uvicorn passes header bytes, Starlette reads them as latin-1),
+    # which str.isdigit() accepts and int() rejects: it was an unauthenticated HTTP 500.
+    [b"", b"yesterday", b"-5", b"1.5", b"9" * 13, b"\xb2", f"{TS}".encode() + b"\xb3", b"1_000", b"1 2"],
+)
+def test_a_missing_or_malformed_timestamp_is_401(hook: Hook, timestamp: bytes) -> None:
     raw = json.dumps({**REFUNDS, "sequence": 1}).encode()
-    headers = {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(SECRET, raw, TS)}
-    response = hook.client.post("/v1/webhooks/kb", content=raw, headers=headers)
-    assert response.status_code == 401 and TIMESTAMP_HEADER in response.json()["error"]
+    headers = [(TIMESTAMP_HEADER.encode(), timestamp), (SIGNATURE_HEADER.encode(), sign(SECRET, raw, TS).encode())]
+    assert hook.client.portal is not None
+    status, body = hook.client.portal.call(raw_asgi.post, hook.client.app, "/v1/webhooks/kb", headers, raw)
+    assert status == 401 and TIMESTAMP_HEADER in json.loads(body)["error"]
     assert hook.all_events() == []
 
 

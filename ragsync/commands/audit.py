@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ragsync.commands.common import EXIT_USAGE, fail, note, output_console, settings_of
 from ragsync.wiring import build
+from schemas._digits import ascii_uint
 from schemas.events import doc_path, split_doc_id
 
 
@@ -82,10 +83,11 @@ def audit_deletions(ctx: click.Context, tenant: str | None, as_json: bool) -> No
 
 
 def _anchor(value: str) -> tuple[int, str]:
-    seq, sep, digest = value.partition(":")
-    if not sep or not seq.isdigit() or len(digest) != 64:
+    text, sep, digest = value.partition(":")
+    seq = ascii_uint(text)
+    if not sep or seq is None or len(digest) != 64:
         raise click.BadParameter(f"expected SEQ:SHA256 (as `audit verify` prints it), got {value!r}")
-    return int(seq), digest.lower()
+    return seq, digest.lower()
 
 
 @audit.command("verify")

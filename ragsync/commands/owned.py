@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from ragsync.commands.common import EXIT_FAILED, fail, note
 from ragsync.home_lock import HomeOwned, OwnerInfo, claim
+from ragsync.operator_key import operator_keys
 from ragsync.owner_client import OwnerClient
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build
@@ -52,7 +53,7 @@ def stores_or_owner(
     except HomeOwned as exc:
         fail(owned_message(exc, f"`ragsync {command}`"), EXIT_FAILED)
     if isinstance(claimed, OwnerInfo):
-        client = OwnerClient(claimed, settings.secret())
+        client = OwnerClient(claimed, operator_keys(settings))
         try:
             yield client
         finally:

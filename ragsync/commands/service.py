@@ -216,6 +216,7 @@ def status(ctx: click.Context) -> None:
     """
     from ragsync.commands.owned import owned_message
     from ragsync.home_lock import claim
+    from ragsync.operator_key import operator_keys
     from ragsync.owner_client import OwnerClient, OwnerRefused, OwnerUnreachable
     from ragsync.status import home_status
 
@@ -241,7 +242,7 @@ def status(ctx: click.Context) -> None:
         click.echo(json.dumps(info, indent=2))
         return
     if isinstance(claimed, OwnerInfo):
-        client = OwnerClient(claimed, settings.secret())
+        client = OwnerClient(claimed, operator_keys(settings))
         try:
             info = client.status()
         except (OwnerUnreachable, OwnerRefused) as exc:

@@ -18,7 +18,7 @@ _NAME = re.compile(r"^[^\s,:][^\s,]*$")
 
 
 def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not _TENANT.match(value):
+    if not _TENANT.fullmatch(value):  # not .match: its '$' also matches before a final newline
         raise click.BadParameter(
             f"{value!r} is not a tenant name: 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
@@ -26,14 +26,14 @@ def _tenant(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def _user(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise click.BadParameter(f"{value!r} is not a user name: no spaces or commas, not starting with ':'")
     return value
 
 
 def _groups(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     groups = tuple(g.strip() for g in value.split(",") if g.strip())
-    bad = [g for g in groups if not _NAME.match(g)]
+    bad = [g for g in groups if not _NAME.fullmatch(g)]
     if bad:
         raise click.BadParameter(f"{bad[0]!r} is not a group name: no spaces, not starting with ':'")
     return groups
