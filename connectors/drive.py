@@ -239,7 +239,8 @@ class DriveConnector:
     def skipped(self) -> list[Skipped]:
         return list(self._skipped)
 
-    def _refused(self) -> str | None:
+    def refusal(self) -> str | None:
+        """Why this root is never read (it is, or holds, the ragsync home), or None."""
         for home in self.refuse:
             if self.root == home or self.root.is_relative_to(home):
                 return f"{self.root}: refusing to sync a folder inside the ragsync home {home}"
@@ -249,7 +250,7 @@ class DriveConnector:
 
     async def documents(self) -> AsyncIterator[SourceDocument]:
         self._errors, self._skipped = [], []
-        refused = self._refused()
+        refused = self.refusal()
         if refused is not None:
             self._errors.append(refused)
             return

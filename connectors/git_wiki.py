@@ -166,6 +166,10 @@ class GitWikiConnector:
                 locked=granted.locked,
             )
 
+    def check(self) -> str:
+        """The commit `ref` names now; GitError saying why when there is none (a typo, a missing repository)."""
+        return asyncio.run(self._resolve())
+
     async def _resolve(self) -> str:
         """The ref as a commit SHA, so the whole pass reads one snapshot even if the branch moves."""
         try:

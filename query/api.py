@@ -14,7 +14,8 @@ reason codes reach only the trace log and the operator metrics (ragsync.server s
 separate listener: per-reason counts would let a caller learn, by diffing them around its own
 ask, whether a denied document exists).
 
-Logging: the worker logs the trace (IDs only). This module logs no question, passage or answer
+Logging: the worker logs the trace (IDs only). A refused token's reason (expired, bad signature,
+groups not a list, ...) is logged at WARNING, never the token. This module logs no question, passage or answer
 text; for unexpected errors it logs the exception type and code locations, not the message, since
 a message (e.g. a validation error) can carry input values.
 """
@@ -28,6 +29,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
+from http import HTTPStatus
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 
@@ -36,6 +38,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -219,6 +222,29 @@ async def _read_body(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method, ...) in the API's error shape,
+    {"error", "message"}, instead of FastAPI's {"detail"}: a client parses one shape for every error."""
+    assert isinstance(exc, StarletteHTTPException)
+    code = exc.status_code
+    where = f"{request.method} {request.url.path}"
+    if code == 404:
+        body = {"error": "not found", "message": f"{where}: no such endpoint (the API is described at /openapi.json)"}
+    elif code == 405:
+        allowed = (exc.headers or {}).get("Allow") or (exc.headers or {}).get("allow")
+        body = {
+            "error": "method not allowed",
+            "message": f"{where}: not allowed" + (f"; use {allowed}" if allowed else ""),
+        }
+    else:
+        try:
+            phrase = HTTPStatus(code).phrase.lower()
+        except ValueError:
+            phrase = "error"
+        body = {"error": phrase, "message": str(exc.detail)}
+    return JSONResponse(body, status_code=code, headers=exc.headers)
+
+
 def _log_unexpected(exc: BaseException) -> None:
     frames = "; ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__))
     log.error("ask failed with %s at %s", type(exc).__name__, frames)
@@ -260,12 +286,16 @@ def create_app(
     registry: CollectorRegistry | None = None,
     checks: Mapping[str, Check] | None = None,
     readiness_details: Callable[[], Mapping[str, Any]] | None = None,
+    degraded: Callable[[], Mapping[str, str]] | None = None,
 ) -> FastAPI:
     """The API over one QueryWorker made by worker_factory; the caller owns and closes its stores.
 
     `registry` receives the ask metrics (the caller serves it to operators); `checks` are the
     readiness checks /readyz runs besides "the query worker is built"; `readiness_details` adds
-    figures to its body (the embedded owner: which stores are open, the backlog per topic).
+    figures to its body (the embedded owner: which stores are open, the backlog per topic);
+    `degraded` names what works but not fully (a source whose last pass failed) with a reason that
+    names no document: /readyz then says "degraded" and stays 200, since restarting the server
+    would not fix a source, and answers are still right for everything that was synced.
     """
     holder = _LazyWorker(worker_factory)
     registry = registry if registry is not None else CollectorRegistry()
@@ -288,7 +318,10 @@ def create_app(
         redoc_url=None,
     )
 
-    def unauthorized() -> JSONResponse:
+    def unauthorized(reason: str) -> JSONResponse:
+        # The caller gets one body for every failure; the operator gets why (never the token itself):
+        # a backend that sends `groups` as a string must be told so somewhere.
+        log.warning("401 for POST /v1/ask: %s", reason)
         metrics.reject("unauthorized")
         return JSONResponse(_UNAUTHORIZED, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
@@ -312,14 +345,12 @@ def create_app(
     async def ask(request: Request, credentials: BearerCredentials) -> Response:
         # The body is read here, by hand, only after the token: a refused caller's body is never parsed.
         if credentials is None or not credentials.credentials.strip():
-            return unauthorized()
+            return unauthorized("no bearer token in the Authorization header")
         worker = await run_in_threadpool(holder.get)
         try:
             principal = worker.tokens.verify(credentials.credentials)
         except InvalidToken as exc:
-            # The caller gets one generic 401; the reason (a fixed phrase, never the token) is logged.
-            log.info("token refused: %s", exc)
-            return unauthorized()
+            return unauthorized(str(exc))
 
         body = await _read_body(request, MAX_BODY_BYTES)
         if body is None:
@@ -364,6 +395,8 @@ def create_app(
     @app.get(
         "/readyz",
         summary="Readiness: every check passes",
+        description='200 with status "ready", or "degraded" when the server answers but something it keeps in '
+        'sync does not fully (`degraded` names it, e.g. a source whose last pass failed); 503 "not ready".',
         responses={503: {"description": "Not ready; the failing checks say why."}},
     )
     async def readyz() -> Response:
@@ -376,6 +409,14 @@ def create_app(
             results[name] = "ok" if problem is None else problem
         ready = all(v == "ok" for v in results.values())
         body: dict[str, Any] = {"status": "ready" if ready else "not ready", "checks": results}
+        if degraded is not None:
+            try:
+                partial = dict(await run_in_threadpool(degraded))
+            except Exception as exc:
+                partial = {"degraded": f"check failed: {type(exc).__name__}"}
+            body["degraded"] = partial
+            if ready and partial:
+                body["status"] = "degraded"
         if readiness_details is not None:
             body.update(await run_in_threadpool(readiness_details))
         return JSONResponse(body, 200 if ready else 503)
@@ -393,6 +434,7 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.state.metrics = metrics
     app.state.registry = registry
     return app

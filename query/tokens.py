@@ -22,7 +22,7 @@ generic 401.
 The previous format, base64url(JSON claims) "." base64url(HMAC-SHA256(secret, claims part)), is
 still read until `legacy_until` (a migration window), and refused after it. Its claims get the same
 checks: `groups` a list of strings (a string is refused, never split into one group per letter).
-The reason for a refusal is logged by the API (`token refused: <reason>`), never the token.
+The reason for a refusal is logged by the API (`401 for POST /v1/ask: <reason>`), never the token.
 """
 
 from __future__ import annotations

@@ -28,6 +28,10 @@ class CertificateError(ValueError):
     """The document cannot be certified as named (unknown, ambiguous, not deleted)."""
 
 
+class NoDeletionRecorded(CertificateError):
+    """No deletion of the document is recorded: an answer (it was never deleted), not a usage error."""
+
+
 @dataclass(frozen=True)
 class Target:
     tenant: str
@@ -46,7 +50,7 @@ def find_deletion(records: list[DeletionRecord], name: str, tenant: str | None) 
     ]
     if not matching:
         where = f" in tenant {tenant}" if tenant else ""
-        raise CertificateError(f"no deletion of {name!r} is recorded{where} (see `ragsync audit deletions`)")
+        raise NoDeletionRecorded(f"no deletion of {name!r} is recorded{where} (see `ragsync audit deletions`)")
     docs = sorted({(r.tenant, r.doc_id) for r in matching})
     if len(docs) > 1:
         names = ", ".join(f"{t}/{d}" for t, d in docs)

@@ -124,6 +124,22 @@ def _configs(model: RegistryModel) -> dict[str, dict[str, Any]]:
     }
 
 
+def default_dir(key: str) -> Path:
+    """Where `ragsync model fetch KEY` lays the model out unless told otherwise (`--dir`), and so
+    where Settings finds it with nothing set (see `fetched_model_path`)."""
+    return Path.home() / ".cache" / "ragsync" / "models" / key
+
+
+def fetched_model_path(name: str) -> Path | None:
+    """The default folder of the catalogue model called `name` (its fastembed name, or its key),
+    when a fetch laid it out there; else None."""
+    for model in CATALOG.values():
+        if name in (model.fastembed_name, model.key):
+            dest = default_dir(model.key)
+            return dest if fetched(model, dest) else None
+    return None
+
+
 def fetched(model: RegistryModel, dest: Path) -> bool:
     """The folder already holds this exact jar's model (its provenance names the pinned sha256)."""
     try:

@@ -11,7 +11,8 @@ It opens the stores once, then keeps them in sync while the API answers from the
 
 The server calls `start` in its lifespan startup and `stop` in its shutdown (SIGTERM): stop lets the
 worker finish its batch, flush and commit, then returns; nothing applied is lost, and nothing is
-acknowledged that was not applied. `checks()` and `readiness_details()` are what `/readyz` reports.
+acknowledged that was not applied. `checks()`, `readiness_details()` and `degraded()` are what
+`/readyz` reports.
 """
 
 from __future__ import annotations
@@ -167,6 +168,12 @@ class Owner:
         """What /readyz adds to its checks: each store's state and the backlog per topic (no tenant data)."""
         return {"stores": self.stores(), "backlog": self.backlog(), "indexer_error": self.last_error}
 
+    def degraded(self) -> dict[str, str]:
+        """The sources this owner syncs whose latest pass failed or had problems (/readyz: degraded, 200)."""
+        from ragsync.sync_history import source_health
+
+        return source_health(self.settings.home, [s.name for s in self.sources])
+
     def status(self) -> dict[str, Any]:
         from ragsync.status import home_status
 
@@ -179,6 +186,24 @@ class Owner:
             "preemptions": self.worker.preemptions if self.worker else 0,
         }
         return info
+
+    def verify(self, tenant: str | None = None, attempts: int = 3) -> dict[str, Any]:
+        """`ragsync verify` on the stores this process holds, while its indexer keeps applying.
+
+        A batch applied while the stores are read can show as drift that is gone a moment later (a
+        document's passages read before the batch, its doc state after): when the indexer applied
+        anything during a pass that found drift, the pass is repeated, up to `attempts` times."""
+        from ragsync.verify import verify
+
+        def applied() -> int:
+            return self.worker.stats.applied if self.worker is not None else 0
+
+        for _ in range(attempts):
+            before = applied()
+            report = verify(self.components, tenant=tenant)
+            if not report.drift or applied() == before:
+                break
+        return report.as_dict()
 
     def committed(self) -> dict[str, int]:
         events = self.components.events

@@ -5,9 +5,12 @@
     GET  /v1/owner/status   what `ragsync status` prints                      (operator key)
     GET  /v1/owner/progress committed offsets of the indexer per topic         (operator key)
     POST /v1/owner/ask      an ask with its trace, for `ragsync ask --show-trace` (operator key)
-    POST /v1/owner/audit/deletion  a deletion certificate, for `ragsync audit deletion` (operator key)
-                            {"doc_id": str, "tenant": str?}: the owner holds the vector shard
                             {"token": str, "question": str, "as_of": ISO datetime?}
+    POST /v1/owner/audit/deletion  a deletion certificate, for `ragsync audit deletion` (operator key)
+                            {"doc_id": str, "tenant": str?}: the owner holds the vector shard;
+                            404 no deletion recorded, 422 a name matching several documents
+    POST /v1/owner/verify   `ragsync verify`'s report, on the stores the owner holds (operator key)
+                            {"tenant": str?}
 
 The operator key is the home's own (ragsync.operator_key: random, in the home, expiring, rotated by
 `ragsync operator rotate`): whoever can read the home (a CLI with access to it) may read its status
@@ -19,6 +22,7 @@ passage IDs and reason codes only, never text, as everywhere else.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -36,6 +40,8 @@ from ragsync.owner import Owner
 
 OPERATOR_HEADER = "X-Ragsync-Operator"
 
+log = logging.getLogger("ragsync.api")
+
 
 class TracedAsk(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -49,6 +55,12 @@ class CertificateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     doc_id: str = Field(min_length=1, max_length=2048)
+    tenant: str | None = Field(default=None, max_length=64)
+
+
+class VerifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
     tenant: str | None = Field(default=None, max_length=64)
 
 
@@ -84,7 +96,8 @@ def mount_owner(app: Starlette, owner: Owner) -> None:
         worker = owner.components.query_worker()
         try:
             result = await run_in_threadpool(worker.ask_with_token, body.token, body.question, body.as_of)
-        except InvalidToken:
+        except InvalidToken as exc:
+            log.warning("401 for POST /v1/owner/ask: %s", exc)  # the reason, never the token
             return JSONResponse({"error": "invalid token"}, status_code=401)
         payload: dict[str, Any] = result.public()
         payload["trace"] = result.trace.model_dump(mode="json")
@@ -93,7 +106,7 @@ def mount_owner(app: Starlette, owner: Owner) -> None:
     async def deletion_certificate(request: Request) -> Response:
         if not operator(request):
             return denied()
-        from ragsync.certificate import CertificateError, certificate
+        from ragsync.certificate import CertificateError, NoDeletionRecorded, certificate
 
         try:
             body = CertificateRequest.model_validate_json(await request.body())
@@ -101,11 +114,23 @@ def mount_owner(app: Starlette, owner: Owner) -> None:
             return JSONResponse({"error": "invalid request: {doc_id: str, tenant: str?}"}, status_code=422)
         try:
             cert = await run_in_threadpool(certificate, owner.components, body.doc_id, body.tenant)
-        except CertificateError as exc:
+        except NoDeletionRecorded as exc:
             return JSONResponse({"error": str(exc)}, status_code=404)
+        except CertificateError as exc:  # ambiguous: the caller must name the tenant
+            return JSONResponse({"error": str(exc)}, status_code=422)
         return JSONResponse(cert)
 
+    async def verify(request: Request) -> Response:
+        if not operator(request):
+            return denied()
+        try:
+            body = VerifyRequest.model_validate_json(await request.body() or b"{}")
+        except ValidationError:
+            return JSONResponse({"error": "invalid request: {tenant: str?}"}, status_code=422)
+        return JSONResponse(await run_in_threadpool(owner.verify, body.tenant))
+
     routes = [
+        Route("/v1/owner/verify", verify, methods=["POST"]),
         Route("/v1/owner/audit/deletion", deletion_certificate, methods=["POST"]),
         Route("/v1/owner/status", status, methods=["GET"]),
         Route("/v1/owner/progress", progress, methods=["GET"]),

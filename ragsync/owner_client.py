@@ -15,6 +15,10 @@ TIMEOUT_S = 60.0
 """Generous: a serve that just started may still be loading its model when the first ask arrives."""
 
 
+VERIFY_TIMEOUT_S = 900.0
+"""`verify` reads every passage of every store: a large home takes minutes, not seconds."""
+
+
 class OwnerUnreachable(RuntimeError):
     pass
 
@@ -85,6 +89,17 @@ class OwnerClient:
             headers=self._operator(),
         )
         return cert
+
+    def verify(self, tenant: str | None) -> dict[str, Any]:
+        """`ragsync verify` through the owner, which holds the stores (its report as a dict)."""
+        report: dict[str, Any] = self._call(
+            "POST",
+            "/v1/owner/verify",
+            json={"tenant": tenant},
+            headers=self._operator(),
+            timeout=VERIFY_TIMEOUT_S,
+        )
+        return report
 
     def close(self) -> None:
         self._http.close()

@@ -12,6 +12,7 @@ A sync is two halves that may run in different processes:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 from connectors.base import SourceConnector
 from connectors.drive import DriveConnector
 from connectors.scan import ScanReport, scan
-from connectors.state import ConnectorState
+from connectors.state import ConnectorState, HomeFormatError, SourceConflict
 from indexer.chunker import CHUNKER_VERSION
 from ragsync.home_lock import scan_lock
 from ragsync.sync_history import SyncHistory, SyncRun, now_ms
@@ -31,6 +32,8 @@ from streams.dispatch import Stats
 from streams.embedded_worker import GROUP, EmbeddedWorker
 from streams.ports import EVENT_TOPICS, AppliedJournal, publish_durably, topic_for
 from streams.tracking import Tracker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -98,36 +101,56 @@ def publish_source(
             events.publish_many(batch)
             note(list(batch))
 
-        state = ConnectorState(home / "connectors.db")
         started = now_ms()
         try:
-            reindex = needs_reindex(state, connector.name)
-            report = asyncio.run(
-                scan(
-                    connector,
-                    state,
-                    publish_one,
-                    progress=on_scan,
-                    force=force or reindex,
-                    publish_many=publish_many,
-                    allow_deletes=allow_deletes,
+            state = ConnectorState(home / "connectors.db")
+            try:
+                reindex = needs_reindex(state, connector.name)
+                report = asyncio.run(
+                    scan(
+                        connector,
+                        state,
+                        publish_one,
+                        progress=on_scan,
+                        force=force or reindex,
+                        publish_many=publish_many,
+                        allow_deletes=allow_deletes,
+                    )
                 )
+                if not report.deletes_skipped:
+                    # The listing was complete and every file was read: each document was emitted under
+                    # this chunker, was unchanged under it, or has content that cannot be indexed (an
+                    # encrypted PDF, a bad date). Those are re-read by every scan until fixed, and emitted
+                    # under this chunker then, so they must not make every later sync a full re-index.
+                    state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
+            finally:
+                state.close()
+        except (SourceConflict, HomeFormatError):
+            raise  # not a pass of this source: its name belongs to another one, or the home is unusable
+        except Exception as exc:  # the source's last pass failed: status and /readyz say so
+            failed = SyncRun(
+                connector.name, name or connector.name, started, now_ms(), allow_deletes, ScanReport(), _failure(exc)
             )
-            if not report.deletes_skipped:
-                # The listing was complete and every file was read: each document was emitted under
-                # this chunker, was unchanged under it, or has content that cannot be indexed (an
-                # encrypted PDF, a bad date). Those are re-read by every scan until fixed, and emitted
-                # under this chunker then, so they must not make every later sync a full re-index.
-                state.set_meta(connector.name, "chunker_version", CHUNKER_VERSION)
-        finally:
-            state.close()
-        history = SyncHistory(home / "connectors.db")
-        try:
-            history.record(SyncRun(connector.name, name or connector.name, started, now_ms(), allow_deletes, report))
-        finally:
-            history.close()
+            try:
+                _record(home, failed)
+            except Exception:  # the history is best effort here: the scan's own error is the one to raise
+                log.warning("could not record the failed pass of %s", connector.name, exc_info=True)
+            raise
+        _record(home, SyncRun(connector.name, name or connector.name, started, now_ms(), allow_deletes, report))
         end = journal.end_offsets(EVENT_TOPICS) if journal else {}
     return Published(report, reindex, start, end, ids)
+
+
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _record(home: Path, run: SyncRun) -> None:
+    history = SyncHistory(home / "connectors.db")
+    try:
+        history.record(run)
+    finally:
+        history.close()
 
 
 def apply_events(

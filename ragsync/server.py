@@ -44,11 +44,12 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from query.api import Check, create_app
+from query.api import Check, create_app, http_error
 from ragsync.dead_letters import DLQ_GROUP
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import Components
@@ -192,6 +193,7 @@ def server_app(
     checks: Mapping[str, Check] | None = None,
     metrics_on_app: bool = False,
     readiness_details: Callable[[], Mapping[str, Any]] | None = None,
+    degraded: Callable[[], Mapping[str, str]] | None = None,
 ) -> FastAPI:
     """The public app: /v1/ask, /healthz, /readyz, /openapi.json, /docs and, for each configured webhook
     source (`[webhooks.<source>]`), POST /v1/webhooks/{source}. `registry` collects its metrics for the
@@ -204,7 +206,8 @@ def server_app(
     event_metrics = EventLogCollector(lambda: components.events)
     registry.register(event_metrics)
     _LIVE.setdefault(registry, []).append(event_metrics)
-    app = create_app(components.query_worker, registry=registry, checks=checks, readiness_details=readiness_details)
+    worker = components.query_worker
+    app = create_app(worker, registry=registry, checks=checks, readiness_details=readiness_details, degraded=degraded)
     latency = Histogram(
         "ragsync_http_request_duration_seconds",
         "HTTP requests by method, route template and status.",
@@ -224,7 +227,10 @@ def server_app(
         components.closers.append(state)
         sources = {name: WebhookSource(h.secret, frozenset(h.tenants)) for name, h in settings.webhooks.items()}
         publish = publish_durably(components.events)
-        app.mount("", create_webhook_app(publish, sources, state, max_skew_s=settings.webhook_max_skew_s))
+        webhooks = create_webhook_app(publish, sources, state, max_skew_s=settings.webhook_max_skew_s)
+        # Mounted at the root, it answers every path no route above matched: in the API's error shape too.
+        webhooks.add_exception_handler(StarletteHTTPException, http_error)
+        app.mount("", webhooks)
         _document_webhooks(app)
     return app
 
@@ -351,6 +357,7 @@ def run_server(
     listener: Listener | None = None,
     checks: Mapping[str, Check] | None = None,
     readiness_details: Callable[[], Mapping[str, Any]] | None = None,
+    degraded: Callable[[], Mapping[str, str]] | None = None,
     configure: Callable[[FastAPI], None] | None = None,
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
@@ -359,16 +366,19 @@ def run_server(
     """Serve until Ctrl-C or SIGTERM (both shut down gracefully, running the app's lifespan shutdown):
     the API on host:port (or an already bound `listener`) and operator metrics on their own listener.
 
-    `checks` are added to /readyz (and `readiness_details` to its body); `configure` may add routes or
-    wrap the lifespan (the home's owner does) before serving. Raises SettingsError, before anything is
-    served, for an unusable address or a metrics exposure without credential.
+    `checks` are added to /readyz (`readiness_details` to its body; `degraded` makes it say "degraded",
+    still 200); `configure` may add routes or wrap the lifespan (the home's owner does) before serving.
+    Raises SettingsError, before anything is served, for an unusable address or a metrics exposure
+    without credential.
     """
     import uvicorn
 
     settings = components.settings
     check_metrics_exposure(settings)
     registry = new_registry()
-    app = server_app(components, registry=registry, checks=checks, readiness_details=readiness_details)
+    app = server_app(
+        components, registry=registry, checks=checks, readiness_details=readiness_details, degraded=degraded
+    )
     if configure is not None:
         configure(app)
     api = listener if listener is not None else bind(host, port)

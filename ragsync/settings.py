@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
-from ragsync.sources import SourceSettings
+from ragsync.sources import SourceSettings, duplicate_names
 from schemas.instants import Instant
 
 __all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "config_file", "load_settings"]
@@ -55,8 +55,19 @@ NOT_SETTINGS = frozenset(
 """RAGSYNC_* variables read by tools other than Settings. Add a new one here, or it is refused as a typo."""
 
 
-def _default_model_path() -> Path | None:
-    """The offline MiniLM export shipped beside the checkout, when there is one."""
+DEFAULT_EMBED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_model_path(name: str) -> Path | None:
+    """Where the model called `name` is found when no embed_model_path is set, in this order: the
+    folder `ragsync model fetch` lays a catalogue model out in by default (what an operator fetched
+    on purpose), then the offline MiniLM export shipped beside a checkout (the default model only);
+    None: by name, through fastembed."""
+    from ragsync.model_fetch import fetched_model_path
+
+    fetched = fetched_model_path(name)
+    if fetched is not None or name != DEFAULT_EMBED_MODEL:
+        return fetched
     for candidate in (
         Path("../shared/models/all-MiniLM-L6-v2-onnx"),
         Path(__file__).parents[2] / "shared/models/all-MiniLM-L6-v2-onnx",
@@ -98,8 +109,8 @@ class Settings(BaseSettings):
     operator_key_ttl_s: float = Field(default=86400.0, gt=0, le=366 * 86400)
     """Lifetime of the home's operator key (ragsync.operator_key); the next command renews an expired one."""
 
-    embed_model_path: Path | None = Field(default_factory=_default_model_path)
-    embed_model_name: str = "sentence-transformers/all-MiniLM-L6-v2"
+    embed_model_path: Path | None = None  # unset: default_model_path(embed_model_name)
+    embed_model_name: str = DEFAULT_EMBED_MODEL
     embed_cache_dir: Path | None = None  # None: fastembed's own (FASTEMBED_CACHE_PATH, else <tmp>/fastembed_cache)
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
     embed_query_prefix: str = ""
@@ -172,6 +183,20 @@ class Settings(BaseSettings):
 
             load_jwks(value)  # a ValueError saying why becomes this setting's error
         return value
+
+    @field_validator("sources")
+    @classmethod
+    def _source_names_differ(cls, value: list[SourceSettings]) -> list[SourceSettings]:
+        repeated = duplicate_names(value)
+        if repeated is not None:
+            raise ValueError(repeated)
+        return value
+
+    @model_validator(mode="after")
+    def _find_model(self) -> Settings:
+        if "embed_model_path" not in self.model_fields_set:  # set (even to nothing) is always as set
+            self.embed_model_path = default_model_path(self.embed_model_name)
+        return self
 
     @model_validator(mode="after")
     def _rotation_kids_differ(self) -> Settings:

@@ -190,8 +190,14 @@ def _walk(model: type[BaseModel], loc: Sequence[int | str]) -> tuple[str, Any, t
     return name, annotation, holder, last
 
 
+def _tables(value: Any) -> bool:
+    """A list or map of tables (`[[sources]]`): its repr would be a wall of text; the message names the entries."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    return any(isinstance(item, dict | BaseModel) for item in items)
+
+
 def _shown(setting: str, value: Any) -> str:
-    if any(word in setting.lower() for word in _SECRETISH):
+    if any(word in setting.lower() for word in _SECRETISH) or _tables(value):
         return ""
     text = repr(value)
     return f" = {text if len(text) <= 60 else text[:57] + '...'}"

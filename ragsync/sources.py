@@ -23,6 +23,14 @@ Two kinds of pass, so that a deletion is only ever decided on complete informati
   was complete (no read error).
 Each pass publishes into the event log and takes the source's scan lock, so a CLI sync, a watcher
 and the owner's schedule never scan one source at the same time.
+
+What an operator sees (logger `ragsync.sources`, which serve logs at INFO): one line per pass of
+each source (its counts and duration), one WARNING line per problem the pass met (a document and
+why it could not be read, a broken manifest, a folder that is gone, a ref git cannot resolve),
+and one ERROR line for a pass that failed outright. `ragsync status` lists the latest pass's
+problems per source and /readyz names the sources whose latest pass failed or had problems
+(ragsync.sync_history). A source that cannot work at all (its path missing, a file where a folder
+is expected, an unknown git ref) is refused when serve starts (`startup_problems`), one line each.
 """
 
 from __future__ import annotations
@@ -33,11 +41,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.events import SOURCE_NAME_PATTERN
+
+if TYPE_CHECKING:
+    from connectors.scan import ScanReport
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +79,82 @@ class SourceSettings(BaseModel):
         if self.kind == "git" and self.watch:
             raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
         return self
+
+
+def source_problems(source: SourceSettings, home: Path) -> list[str]:
+    """Why a declared source cannot be synced at all, checked before serve starts (empty when it can).
+
+    A pass would otherwise report the same error every interval while serve looks healthy."""
+    path = source.path
+    if not path.exists():
+        return [f"path {path} does not exist"]
+    if not path.is_dir():
+        what = "a git repository (a folder)" if source.kind == "git" else "a folder"
+        return [f"path {path} is a file, not {what}"]
+    try:
+        connector = connector_for(source, home)
+    except ValueError as exc:  # e.g. a ref git would take for an option
+        return [str(exc)]
+    if source.kind == "git":
+        from connectors.git_wiki import GitError
+
+        try:
+            connector.check()
+        except GitError as exc:
+            return [str(exc)]
+        return []
+    refused: str | None = connector.refusal()
+    return [refused] if refused else []
+
+
+def startup_problems(
+    declared: Sequence[SourceSettings], watched: Sequence[SourceSettings], home: Path, where: str
+) -> list[str]:
+    """One line per unusable source: `where` names the settings that declared them (a file, a variable)."""
+    problems = [
+        f"{where}: sources[{i}] ({s.name}): {problem}"
+        for i, s in enumerate(declared)
+        for problem in source_problems(s, home)
+    ]
+    problems += [f"--watch {s.path}: {problem}" for s in watched for problem in source_problems(s, home)]
+    return problems
+
+
+def duplicate_names(sources: Sequence[SourceSettings]) -> str | None:
+    """Two sources with one name would share one namespace and one connector state: refused."""
+    first: dict[str, int] = {}
+    repeats: list[str] = []
+    for i, source in enumerate(sources):
+        if source.name in first:
+            repeats.append(f"sources[{first[source.name]}] and sources[{i}] are both named {source.name!r}")
+        else:
+            first[source.name] = i
+    if not repeats:
+        return None
+    return "; ".join(repeats) + ": every source needs a name of its own (the namespace of its doc IDs)"
+
+
+def log_pass(name: str, kind: str, report: ScanReport, seconds: float) -> None:
+    """The pass's line (INFO), then one WARNING line per problem, bounded like the status that lists them."""
+    from ragsync.sync_history import MAX_PROBLEMS, shorten
+
+    held = ", deletions held back" if report.deletes_skipped else ""
+    log.info(
+        "%s pass of %s: %d upserts, %d ACL changes, %d deletes, %d unchanged, %d problems%s in %.2fs",
+        kind,
+        name,
+        report.upserts,
+        report.acl_changes,
+        report.deletes,
+        report.unchanged,
+        len(report.errors),
+        held,
+        seconds,
+    )
+    for problem in report.errors[:MAX_PROBLEMS]:
+        log.warning("source %s: %s", name, shorten(problem))
+    if len(report.errors) > MAX_PROBLEMS:
+        log.warning("source %s: %d more problems not shown", name, len(report.errors) - MAX_PROBLEMS)
 
 
 def connector_for(source: SourceSettings, home: Path) -> Any:
@@ -230,25 +317,24 @@ class Scheduler:
                 if kind is None:
                     continue
                 name = runner.source.name
+                started = time.monotonic()
                 try:
                     published = publish_source(
                         self.components, runner.connector, allow_deletes=kind == "full", name=name
                     )
-                    self.last_error.pop(name, None)
-                    r = published.scan
-                    if r.upserts or r.acl_changes or r.deletes or r.errors:
-                        log.info(
-                            "%s pass of %s: upserts=%d acl_changes=%d deletes=%d errors=%d",
-                            kind,
-                            name,
-                            r.upserts,
-                            r.acl_changes,
-                            r.deletes,
-                            len(r.errors),
-                        )
                 except Exception as exc:  # one source failing must not stop the others
                     self.last_error[name] = f"{type(exc).__name__}: {exc}"
-                    log.exception("%s pass of source %s failed", kind, name)
+                    log.error(
+                        "%s pass of %s failed after %.2fs: %s",
+                        kind,
+                        name,
+                        time.monotonic() - started,
+                        self.last_error[name],
+                    )
+                    log.debug("the failed pass of %s", name, exc_info=True)
+                else:
+                    self.last_error.pop(name, None)
+                    log_pass(name, kind, published.scan, time.monotonic() - started)
                 runner.ran(kind)
                 self.passes += 1
             self._stop.wait(self.tick_s)

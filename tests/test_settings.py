@@ -103,6 +103,23 @@ def test_each_bad_value_is_one_line_with_the_setting_the_source_and_the_form(in_
     )
 
 
+def test_two_sources_with_one_name_are_refused_by_every_command(in_tmp: Path) -> None:
+    (in_tmp / "a").mkdir()
+    (in_tmp / "b").mkdir()
+    (in_tmp / "ragsync.toml").write_text(
+        '[[sources]]\nname = "docs"\npath = "a"\n\n[[sources]]\nname = "wiki"\npath = "b"\n\n'
+        '[[sources]]\nname = "docs"\npath = "b"\n'
+    )
+
+    code, output = run({"RAGSYNC_HOME": str(in_tmp / "home")})
+
+    assert code == 2
+    assert lines(output) == [
+        "error: ragsync.toml: sources is invalid: sources[0] and sources[2] are both named 'docs':"
+        " every source needs a name of its own (the namespace of its doc IDs)"
+    ]
+
+
 def test_a_bad_cli_option_value_is_named_as_such(in_tmp: Path) -> None:
     with pytest.raises(SettingsError) as caught:
         load_settings(top_k="x")

@@ -143,7 +143,7 @@ def test_a_refused_token_is_logged_with_its_reason_only(tmp_path: Path, caplog: 
         index.close()
 
     assert response.status_code == 401 and response.json() == {"error": "invalid token"}, "one generic answer"
-    assert "token refused: groups must be a list of strings" in caplog.messages
+    assert "401 for POST /v1/ask: groups must be a list of strings" in caplog.messages
     assert not any(bad.split(".")[1] in m for m in caplog.messages), "never the token"
 
 

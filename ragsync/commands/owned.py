@@ -1,7 +1,7 @@
 """How commands that need a home's stores share it with the home's owner.
 
-Embedded profile: when `ragsync serve` owns the home, a command that reads (ask, status) goes
-through its API; when nobody owns it, the command owns it for as long as it runs; while a
+Embedded profile: when `ragsync serve` owns the home, a command that reads the stores (ask, status,
+verify, audit deletion) goes through its API; when nobody owns it, the command owns it for as long as it runs; while a
 short-lived owner (a sync applying, another ask) has it, the command waits its turn, saying so
 once. Never a lock traceback: at worst one line naming the owner. The cluster profile has servers
 any number of processes share, so it opens its adapters directly.

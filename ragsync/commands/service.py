@@ -36,6 +36,26 @@ def _sources(settings: Settings, watch: tuple[Path, ...], interval_s: float) -> 
     return declared
 
 
+def _check_sources(settings: Settings, sources: list[SourceSettings]) -> None:
+    """A source that cannot be synced at all (a missing path, a file for a folder, an unknown git ref)
+    stops the start, one line each, exit 2: serving would only log the same error every interval."""
+    import logging
+    import os
+
+    from ragsync.settings import config_file
+    from ragsync.sources import startup_problems
+
+    declared = list(settings.sources)
+    where = "environment variable RAGSYNC_SOURCES" if "RAGSYNC_SOURCES" in os.environ else str(config_file()[0])
+    problems = startup_problems(declared, sources[len(declared) :], settings.home, where)
+    if problems:
+        for problem in problems:
+            error(problem)
+        sys.exit(EXIT_USAGE)
+    # Each pass's line and its problems are what an operator reads in serve's log (INFO, not only with -v).
+    logging.getLogger("ragsync.sources").setLevel(logging.INFO)
+
+
 def _take_home(settings: Settings, command: str, api: str | None) -> HomeLock:
     """The home's owner lock: waits for a short-lived owner (a sync applying), one line for a long-lived one."""
     told: list[bool] = []
@@ -84,16 +104,20 @@ def serve(
     \b
     POST /v1/ask                 Authorization: Bearer <session token>, {"question": ..., "as_of": ...}
     GET  /healthz, /readyz       liveness; readiness, with the stores and the backlog per topic
+                                 ("degraded", still 200, names a source whose last pass failed)
     GET  /openapi.json, /docs    the API's schema
     POST /v1/webhooks/{source}   document pushes, HMAC-SHA256 signed (each [webhooks.<source>] its secret)
 
     On the embedded profile serve owns the home: it applies every event published into the log
     (by `ragsync sync` in other processes, webhook pushes, --watch folders and the [[sources]] of
-    the settings file, synced on their intervals), ACL changes and deletions first; `ragsync ask`
-    and `ragsync status` go through it meanwhile. SIGTERM finishes the batch in hand, commits it
-    and exits. On the cluster profile serve answers from the shared stores and, when sources are
-    declared (or --watch given), also scans them on their schedules and publishes to Kafka, where
-    the workers apply them; declare them on one serve only (its home keeps their connector state).
+    the settings file, synced on their intervals), ACL changes and deletions first; every other
+    command works meanwhile (`ask`, `status`, `verify` and `audit deletion` go through its API).
+    Each pass of a source is logged (INFO), each problem it met (WARNING); a source that cannot
+    be synced at all (missing path, unknown git ref, two sources with one name) stops the start.
+    SIGTERM finishes the batch in hand, commits it and exits. On the cluster profile serve answers
+    from the shared stores and, when sources are declared (or --watch given), also scans them on
+    their schedules and publishes to Kafka, where the workers apply them; declare them on one serve
+    only (its home keeps their connector state).
 
     Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
     (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
@@ -110,12 +134,15 @@ def serve(
     from ragsync.owner_api import mount_owner
     from ragsync.server import bind, run_server
     from ragsync.settings import SettingsError
+    from ragsync.sync_history import source_health
 
     if (ssl_certfile is None) != (ssl_keyfile is None):
         fail("--ssl-certfile and --ssl-keyfile go together", EXIT_USAGE)
     settings = settings_of(ctx)
     logging.getLogger("ragsync.http").setLevel(logging.INFO)
     sources = _sources(settings, watch, interval)
+    _check_sources(settings, sources)
+    names = [s.name for s in sources]
     # Embedded: serve owns the home. Cluster: it owns nothing but, with sources, their connector
     # state in this home (a second serve with the same sources on the same home is refused).
     lock = _take_home(settings, "serve", None) if settings.profile == "embedded" or sources else None
@@ -150,6 +177,7 @@ def serve(
             announce=note,
             checks=owner.checks() if owner is not None else None,
             readiness_details=owner.readiness_details if owner is not None else None,
+            degraded=owner.degraded if owner is not None else (lambda: source_health(settings.home, names)),
             configure=(lambda app: mount_owner(app, owner)) if owner is not None else None,
         )
     except SettingsError as exc:
@@ -188,6 +216,7 @@ def worker(ctx: click.Context, poll_s: float) -> None:
         return
     from ragsync.owner import Owner
 
+    _check_sources(settings, list(settings.sources))
     lock = _take_home(settings, "worker", None)
     components = build(settings)
     stop = threading.Event()
@@ -206,10 +235,12 @@ def worker(ctx: click.Context, poll_s: float) -> None:
 
 
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (what status prints in any case).")
 @click.pass_context
-def status(ctx: click.Context) -> None:
+def status(ctx: click.Context, as_json: bool) -> None:
     """Show the owner, backlog per topic, dead letters, documents and passages per tenant, the last
-    sync of each source, and whether dense retrieval is on and complete (JSON).
+    pass of each source (with its problems, or why it failed), and whether dense retrieval is on
+    and complete (JSON; --json is accepted like every other command's).
 
     \b
     Exit status: 0 shown; 1 the owner could not be reached; 2 bad settings.
