@@ -28,4 +28,4 @@ fi
 
 ruff check .
 mypy
-RAGSYNC_REQUIRE_SERVICES=1 python3 -m pytest -q -p no:cacheprovider "$@"
+RAGSYNC_STRICT=1 RAGSYNC_REQUIRE_SERVICES=1 python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"

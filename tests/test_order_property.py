@@ -191,8 +191,12 @@ def _check_final(doc_id: str, events: list[Event], lexical: Any, vector: Any, do
 
 
 def test_report_counts() -> None:
-    """Printed in the CI log (pytest -s or -rA): how many histories and deliveries were tried."""
+    """How many histories and deliveries were tried (pytest -s prints it), and that the run tried what
+    the property claims: deliveries beyond the histories' own events, redeliveries among them."""
     print(f"order/duplicates property: {COUNTS}")
+    if COUNTS["examples"]:
+        assert COUNTS["deliveries"] >= 2 * COUNTS["examples"], "every history delivers at least two events"
+        assert COUNTS["duplicates"] > 0, "redeliveries were tried"
 
 
 def test_a_recreated_document_whose_acl_overtakes_its_upsert_is_not_lost(model: Any, tmp_path: Path) -> None:
