@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --fast: the tests that need no service and start no process (a few minutes; see README).
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    ruff check .
+    mypy
+    exec python3 -m pytest -q -p no:cacheprovider -m "not cluster and not slow" --durations=10 "$@"
+fi
+
 python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev]'
 
 # Dense retrieval is tested with the model loaded: without a local export (RAGSYNC_EMBED_MODEL_PATH,

@@ -51,6 +51,43 @@ def require_service(name: str) -> None:
     pytest.skip(message)  # a failure under RAGSYNC_STRICT=1 (pytest_runtest_makereport below)
 
 
+SLOW_MODULES = frozenset(
+    {
+        "test_cluster_end_to_end",
+        "test_commands_beside_serve",
+        "test_console",
+        "test_deletion_physical",
+        "test_end_to_end",
+        "test_erasure",
+        "test_isolation_property",
+        "test_kafka_pipeline",
+        "test_kafka_unreachable",
+        "test_operator_key",
+        "test_order_property",
+        "test_publish_failure",
+        "test_serve",
+        "test_serve_sources",
+        "test_serve_visibility",
+        "test_version_access_property",
+    }
+)
+"""Modules that start processes (serve, workers, Kafka clients) or run many real syncs: the full run only."""
+
+CLUSTER_PARAMS = ("elasticsearch", "qdrant-server", "redis", "kafka")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks for `scripts/test.sh --fast` (-m "not cluster and not slow"): adapters parametrized with a
+    service are `cluster`, the modules above `slow`; markers set in the modules themselves are kept."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        if module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and any(p in str(callspec.id) for p in CLUSTER_PARAMS):
+            item.add_marker(pytest.mark.cluster)
+
+
 STRICT = os.environ.get("RAGSYNC_STRICT") == "1" or os.environ.get("RAGSYNC_REQUIRE_SERVICES") == "1"
 
 
