@@ -1,9 +1,14 @@
 """`/docs` without a CDN: FastAPI's Swagger UI page loads its script and style from jsDelivr, so on a
-machine without internet it was a blank page. The assets come from the `swagger-ui-bundle` package
-and are served by the app under /docs/assets; the page references nothing else (no favicon from
-fastapi.tiangolo.com, no online validator badge)."""
+machine without internet it was a blank page. The app serves the assets itself under /docs/assets,
+and the page references nothing else (no favicon from fastapi.tiangolo.com, no online validator badge).
+
+The assets come from the `fastapi-offline` package (Swagger UI 5, which reads the OpenAPI 3.1 document
+FastAPI writes; `swagger-ui-bundle` ships Swagger UI 3, which refuses it: "does not specify a valid
+version field"). Only its static files are used, not its FastAPI subclass."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -16,9 +21,9 @@ ASSETS = "/docs/assets"
 
 
 def assets_dir() -> str:
-    import swagger_ui_bundle  # type: ignore[import-untyped]
+    import fastapi_offline
 
-    return str(swagger_ui_bundle.swagger_ui_path)
+    return str(Path(fastapi_offline.__file__).parent / "static")
 
 
 def docs_page(openapi_url: str = "/openapi.json", title: str = "ragsync API") -> str:
@@ -27,7 +32,7 @@ def docs_page(openapi_url: str = "/openapi.json", title: str = "ragsync API") ->
         title=title,
         swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
         swagger_css_url=f"{ASSETS}/swagger-ui.css",
-        swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+        swagger_favicon_url=f"{ASSETS}/favicon.png",
         swagger_ui_parameters={"validatorUrl": None},  # the default badge asks validator.swagger.io
     ).body
     return bytes(body).decode()
