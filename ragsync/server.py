@@ -216,6 +216,10 @@ def server_app(
         registry=registry,
     )
     app.add_middleware(RequestLog, latency=latency)
+    from ragsync.console import mount_console, mount_docs
+
+    mount_docs(app)  # /docs from bundled Swagger UI assets: no CDN
+    mount_console(app, components, readiness_details=readiness_details)  # /console, operator key only
     if metrics_on_app and settings.metrics_token:
         app.add_route("/metrics", metrics_endpoint(registry, settings.metrics_token), ["GET"], include_in_schema=False)
     if settings.webhooks:
