@@ -2,8 +2,8 @@
 
 Cluster adapters need the real local services (compose/local/services up). Where a service, the
 embedding model, a documentation package or a browser is missing, its tests are skipped, unless
-RAGSYNC_STRICT=1 (scripts/test.sh, hence CI, sets it; RAGSYNC_REQUIRE_SERVICES=1 is the older
-name): then every skip is a failure, so a green run always means the real stores, the real model
+RAGSYNC_REQUIRE_SERVICES=1, the one strict switch (scripts/test.sh, hence CI, sets it): then every
+skip is a failure, so a green run always means the real stores, the real model
 and the real manuals were tested, never a suite that passed because a part was missing.
 """
 
@@ -48,7 +48,7 @@ def require_service(name: str) -> None:
     if service_up(name):
         return
     message = f"{name} is not running on {SERVICES[name][0]}:{SERVICES[name][1]} (compose/local/services up {name})"
-    pytest.skip(message)  # a failure under RAGSYNC_STRICT=1 (pytest_runtest_makereport below)
+    pytest.skip(message)  # a failure under RAGSYNC_REQUIRE_SERVICES=1 (pytest_runtest_makereport below)
 
 
 SLOW_MODULES = frozenset(
@@ -88,18 +88,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
 
 
-STRICT = os.environ.get("RAGSYNC_STRICT") == "1" or os.environ.get("RAGSYNC_REQUIRE_SERVICES") == "1"
+STRICT = os.environ.get("RAGSYNC_REQUIRE_SERVICES") == "1"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Under RAGSYNC_STRICT=1 a skipped test (a missing service, model, manual or browser) fails."""
+    """Under RAGSYNC_REQUIRE_SERVICES=1 a skipped test (a missing service, model, manual or browser) fails."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if STRICT and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"skipped under RAGSYNC_STRICT=1, where every skip is a failure: {reason}"
+        report.longrepr = f"skipped under RAGSYNC_REQUIRE_SERVICES=1, where every skip is a failure: {reason}"
 
 
 def unique(prefix: str) -> str:
