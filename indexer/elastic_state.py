@@ -378,8 +378,17 @@ class ElasticDeletionAudit:
         with self._lock:
             return self._current_tip()[0]
 
+    def latest(self, kind: str) -> int:
+        self._es.indices.refresh(index=self.index)
+        hits = self._es.search(index=self.index, size=1, query={"term": {"kind": kind}}, sort=[{"seq": "desc"}])
+        found = hits["hits"]["hits"]
+        return int(found[0]["_source"]["seq"]) if found else 0
+
     def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
-        return self._search([]), self.head()
+        """The head first, then the records up to it: one consistent trail while workers append (a
+        record is created before the head moves to it), so every reader counts the same records."""
+        head = self.head()
+        return self._search([{"range": {"seq": {"lte": head[0]}}}] if head else []), head
 
     def drop_all(self) -> None:
         """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""

@@ -344,6 +344,10 @@ class DeletionAudit(Protocol):
     def tip(self) -> int:
         """Seq of the last record (0 when empty): what a purge starting now covers."""
 
+    def latest(self, kind: str) -> int:
+        """Seq of the last record of this kind (`deletion`, `purge`; 0: none). A purge is due while the
+        last deletion is past what the stores' purges cover; purge records never make one due."""
+
     def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
         """Every record as stored, in order, and the chain head kept beside them (for `audit verify`)."""
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ CREATE TABLE IF NOT EXISTS audit_chain (
     hash TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_chain_doc ON audit_chain(tenant, doc_id);
+CREATE INDEX IF NOT EXISTS audit_chain_kind ON audit_chain(kind, seq);
 CREATE TRIGGER IF NOT EXISTS audit_chain_no_update BEFORE UPDATE ON audit_chain
 BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_chain_no_delete BEFORE DELETE ON audit_chain
@@ -63,10 +66,14 @@ class StateDb:
     them at the commit. The three stores must share the connection: separate connections would
     each want the write lock for the length of a batch. Opening it chains an older home's unchained
     audit rows first, before any batch can be open.
+
+    `committed()` reads through a second connection, which sees only what is committed: what every
+    other process reads from the file.
     """
 
     def __init__(self, path: Path, *, deferred: bool = False) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")
@@ -83,6 +90,26 @@ class StateDb:
         self.deferred = deferred
         self._users = 0
         self._closed = False
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+
+    @contextmanager
+    def committed(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction over what is committed, on a connection of its own.
+
+        The owner's connection also sees its open batch; reading the audit trail here instead means
+        the owner (a certificate it computes) and another process (`ragsync audit verify`) count and
+        hash the same records, and a read of several tables sees one snapshot of them.
+        """
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+                self._reader.execute("PRAGMA query_only = ON")
+            self._reader.execute("BEGIN")
+            try:
+                yield self._reader
+            finally:
+                self._reader.execute("COMMIT")
 
     def write(self, sql: str, args: tuple[object, ...]) -> None:
         """Run one write; deferred, it joins the open batch transaction (opened here if needed)."""
@@ -114,6 +141,9 @@ class StateDb:
             if self._users <= 0 and not self._closed:
                 self._closed = True
                 self.conn.close()
+                with self._read_lock:
+                    if self._reader is not None:
+                        self._reader.close()
 
 
 def _db(where: Path | StateDb) -> StateDb:
@@ -218,35 +248,31 @@ class SqliteDeletionAudit:
         tenant: str | None,
         doc_id: str | None,
         store: str | None,
+        *,
+        batched: bool,
     ) -> int | None:
+        """Link one record after the head. `batched` (a deletion, written by the sink while it applies a
+        batch): on a deferred StateDb it joins the batch's transaction, opening it if need be, and is
+        committed with the batch's doc states at its flush. Otherwise (a purge, which runs between
+        batches) it is committed here, in a transaction of its own: a record left in a transaction
+        nobody commits is invisible to every other process and holds state.db's write lock. (Were a
+        batch open on the connection then, the record would join it: committing would commit half a
+        batch.)"""
         with self._db.lock:
             conn = self._db.conn
-            if (
-                event_id is not None
-                and conn.execute("SELECT 1 FROM audit_chain WHERE event_id = ?", (event_id,)).fetchone()
-            ):
-                return None
-            seq, prev = _head(conn)
-            link = make_record(seq + 1, kind, body, prev)
-            # Inside a batch (deferred), the record joins the batch's transaction and is committed with
-            # it; a savepoint keeps a failed append from leaving half a link behind in it.
+            if batched and self._db.deferred and not conn.in_transaction:
+                conn.execute("BEGIN IMMEDIATE")  # the batch's transaction, as StateDb.write opens it
+            # Inside a transaction (the batch's), a savepoint keeps a failed append from leaving half a
+            # link behind in it.
             outer = conn.in_transaction
             conn.execute("SAVEPOINT audit_append" if outer else "BEGIN IMMEDIATE")
             try:
-                conn.execute(
-                    "INSERT INTO audit_chain(seq, kind, event_id, tenant, doc_id, store, body, prev_hash, hash)"
-                    " VALUES (?,?,?,?,?,?,?,?,?)",
-                    (link.seq, kind, event_id, tenant, doc_id, store, canonical(link.body), link.prev_hash, link.hash),
+                seen = (
+                    event_id is not None
+                    and conn.execute("SELECT 1 FROM audit_chain WHERE event_id = ?", (event_id,)).fetchone()
                 )
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('audit_head', ?)"
-                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    (f"{link.seq}:{link.hash}",),
-                )
-                if outer:
-                    conn.execute("RELEASE audit_append")
-                elif not self._db.deferred:
-                    conn.execute("COMMIT")
+                seq = None if seen else _link(conn, kind, body, (event_id, tenant, doc_id, store))
+                conn.execute("RELEASE audit_append" if outer else "COMMIT")
             except BaseException:
                 if outer:
                     conn.execute("ROLLBACK TO audit_append")
@@ -254,20 +280,22 @@ class SqliteDeletionAudit:
                 elif conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            return link.seq
+            return seq
 
     def append(self, record: DeletionRecord) -> None:
-        self._append(KIND_DELETION, deletion_body(record), record.event_id, record.tenant, record.doc_id, None)
+        self._append(
+            KIND_DELETION, deletion_body(record), record.event_id, record.tenant, record.doc_id, None, batched=True
+        )
 
     def append_purge(self, record: PurgeRecord) -> None:
-        self._append(KIND_PURGE, purge_body(record), None, None, None, record.store)
+        self._append(KIND_PURGE, purge_body(record), None, None, None, record.store, batched=False)
+
+    # Every read below is of what is committed (StateDb.committed): the trail as every process sees it.
 
     def _links(self, where: str = "", args: tuple[object, ...] = ()) -> list[ChainRecord]:
-        with self._db.lock:
-            rows = self._db.conn.execute(
-                f"SELECT seq, kind, body, prev_hash, hash FROM audit_chain {where} ORDER BY seq", args
-            ).fetchall()
-        return [ChainRecord(int(r[0]), str(r[1]), json.loads(r[2]), str(r[3]), str(r[4])) for r in rows]
+        with self._db.committed() as conn:
+            rows = conn.execute(f"SELECT seq, kind, body, prev_hash, hash FROM audit_chain {where} ORDER BY seq", args)
+            return [ChainRecord(int(r[0]), str(r[1]), json.loads(r[2]), str(r[3]), str(r[4])) for r in rows]
 
     def records(self, tenant: str | None = None) -> list[DeletionRecord]:
         if tenant is None:
@@ -284,13 +312,19 @@ class SqliteDeletionAudit:
         return [purge_of(link) for link in links]
 
     def tip(self) -> int:
-        with self._db.lock:
-            return _head(self._db.conn)[0]
+        with self._db.committed() as conn:
+            return _head(conn)[0]
+
+    def latest(self, kind: str) -> int:
+        with self._db.committed() as conn:
+            row = conn.execute("SELECT MAX(seq) FROM audit_chain WHERE kind = ?", (kind,)).fetchone()
+        return int(row[0] or 0)
 
     def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
-        links = self._links()
-        with self._db.lock:
-            row = self._db.conn.execute("SELECT value FROM meta WHERE key = 'audit_head'").fetchone()
+        with self._db.committed() as conn:  # the records and the head of one snapshot
+            rows = conn.execute("SELECT seq, kind, body, prev_hash, hash FROM audit_chain ORDER BY seq").fetchall()
+            row = conn.execute("SELECT value FROM meta WHERE key = 'audit_head'").fetchone()
+        links = [ChainRecord(int(r[0]), str(r[1]), json.loads(r[2]), str(r[3]), str(r[4])) for r in rows]
         head = None
         if row is not None:
             seq, _, digest = str(row[0]).partition(":")
@@ -299,6 +333,22 @@ class SqliteDeletionAudit:
 
     def close(self) -> None:
         self._db.release()
+
+
+def _link(conn: sqlite3.Connection, kind: str, body: dict[str, Any], keys: tuple[str | None, ...]) -> int:
+    """Insert one record after the head, and move the head to it; its seq."""
+    head, prev = _head(conn)
+    link = make_record(head + 1, kind, body, prev)
+    conn.execute(
+        "INSERT INTO audit_chain(seq, kind, event_id, tenant, doc_id, store, body, prev_hash, hash)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        (link.seq, kind, *keys, canonical(link.body), link.prev_hash, link.hash),
+    )
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('audit_head', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (f"{link.seq}:{link.hash}",),
+    )
+    return link.seq
 
 
 def _head(conn: sqlite3.Connection) -> tuple[int, str]:

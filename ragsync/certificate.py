@@ -237,7 +237,13 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
         "unchecked": unchecked,
         "physical_pending": physical_pending,
         "complete": not sum(known) and not unchecked and not physical_pending and not problems,
-        "audit_trail": {"records": len(links), "intact": not problems, "problems": len(problems)},
+        # Counted and identified as `ragsync audit verify` does, from the committed trail.
+        "audit_trail": {
+            "records": len(links),
+            "head": f"{links[-1].seq}:{links[-1].hash}" if links else None,
+            "intact": not problems,
+            "problems": len(problems),
+        },
     }
 
 

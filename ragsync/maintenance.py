@@ -86,11 +86,12 @@ class Maintenance:
         if days is not None and time.monotonic() - self._retention_at >= RETENTION_EVERY_S:
             self._retention_at = time.monotonic()
             self.purger.expire_superseded(days)
-        if self.purger.pending() == 0:
+        if self.purger.pending() == 0:  # no deletion newer than every store's last purge
             self._pending_since = None
             return False
-        self.purger.run()
-        self._pending_since = None
+        if self.purger.due():  # else a purge that failed waits to be retried
+            self.purger.run()
+            self._pending_since = None
         return False
 
     def purge_if_overdue(self) -> None:

@@ -31,7 +31,11 @@ from streams.ports import AppliedJournal
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
-"""How often an idle worker looks at the log: bounds how long an event published elsewhere waits."""
+"""How often a worker with work in hand looks at the log."""
+IDLE_POLL_S = 0.2
+"""How often it looks once the log has been quiet for a few polls (the interval doubles up to this):
+bounds how long an event published into a quiet log waits, and keeps an idle serve's wake-ups, and
+so its CPU, low (bench/soak.py). Revocations are effective sooner, through the deny watcher."""
 
 
 class Owner:
@@ -112,14 +116,16 @@ class Owner:
         assert self.worker is not None
         maintenance = Maintenance(self.components)
         backoff = 0.5
+        wait = self.poll_s
         while not self._stop.is_set():
             try:
                 if self.worker.step() > 0:
                     self._idle.clear()
-                    backoff = 0.5
+                    backoff, wait = 0.5, self.poll_s
                     maintenance.purge_if_overdue()  # a deletion's bytes go within purge_max_delay_s, busy or not
                     continue
                 if maintenance.step():
+                    wait = self.poll_s
                     continue
                 self.last_error = None
             except Exception as exc:  # a store outage: the batch stays uncommitted, retry with backoff
@@ -130,7 +136,8 @@ class Owner:
                 backoff = min(30.0, backoff * 2)
                 continue
             self._idle.set()
-            self._stop.wait(self.poll_s)
+            self._stop.wait(wait)
+            wait = min(max(self.poll_s, IDLE_POLL_S), wait * 2)
 
     # ---- what the API reports -------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from indexer.audit_records import KIND_DELETION, KIND_PURGE
 from indexer.ports import PurgeRecord
 from ragsync.wiring import Components
 from schemas._time import utcnow
@@ -32,31 +33,68 @@ EMBEDDING_CACHE = "embedding-cache"
 RETENTION = "retention"
 
 
+RETRY_AFTER_S = 2.0
+RETRY_MAX_S = 60.0
+"""After a store's purge failed or could not complete, the next try waits this long, doubling up to
+RETRY_MAX_S: a store that cannot purge (a reader holding its WAL) is retried, never spun on."""
+
+
 class Purger:
+    """Purges the stores whose purge does not cover the last deletion yet.
+
+    What is pending comes from the trail: the last deletion record against each store's last purge
+    record (`covers_seq`). Purge records never count as deletions, so a purge never makes another
+    one pending: after a deletion, exactly one purge per store (or a retry of one that failed).
+    """
+
     def __init__(self, components: Components, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.components = components
         self.clock = clock
-        self._covered: int | None = None
+        self._by_store: dict[str, int] | None = None
+        self._purges_seen = -1
+        self._retry_at = 0.0
+        self._failures = 0
         self.last_run_at: float | None = None
         self.runs = 0
 
     # ---- what needs purging ------------------------------------------------------------------
 
-    def covered(self) -> int:
-        """The audit seq up to which every purgeable store has been purged (0: never)."""
-        if self._covered is None:
-            audit = self.components.audit
+    def _coverage(self) -> dict[str, int]:
+        """covers_seq per store as the trail says, re-read only when a purge was recorded meanwhile
+        (by this process's other purger or, on the cluster, by another worker)."""
+        audit = self.components.audit
+        last_purge = audit.latest(KIND_PURGE)
+        if self._by_store is None or last_purge != self._purges_seen:
             by_store: dict[str, int] = {}
             for record in audit.purges():
                 by_store[record.store] = max(by_store.get(record.store, 0), record.covers_seq)
-            stores = [name for name, _ in self._targets()]
-            self._covered = min((by_store.get(s, 0) for s in stores), default=0)
-        return self._covered
+            self._by_store, self._purges_seen = by_store, last_purge
+        return self._by_store
+
+    def lagging(self) -> list[str]:
+        """The opened stores whose purge does not cover the last deletion recorded."""
+        last = self.components.audit.latest(KIND_DELETION)
+        stores = [name for name, _ in self._targets()]
+        if last == 0:
+            return []
+        known = self._by_store  # only ever behind the trail: when it covers the deletion, so does the trail
+        if known is not None and all(known.get(s, 0) >= last for s in stores):
+            return []
+        by_store = self._coverage()
+        return [s for s in stores if by_store.get(s, 0) < last]
+
+    def covered(self) -> int:
+        """The audit seq up to which every purgeable store has been purged (0: never)."""
+        by_store = self._coverage()
+        return min((by_store.get(name, 0) for name, _ in self._targets()), default=0)
 
     def pending(self) -> int:
-        """Deletion records not yet covered by every store's purge."""
-        tip = self.components.audit.tip()
-        return max(0, tip - self.covered())
+        """How many stores still have to purge the last deletion (0: nothing to purge)."""
+        return len(self.lagging())
+
+    def due(self) -> bool:
+        """Pending, and not waiting to retry a purge that failed."""
+        return time.monotonic() >= self._retry_at and self.pending() > 0
 
     def _targets(self) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
         """(copy name, purge call) for every opened store that can purge; nothing is opened here."""
@@ -77,14 +115,19 @@ class Purger:
 
     # ---- purging -----------------------------------------------------------------------------
 
-    def run(self) -> list[PurgeRecord]:
-        """Purge every store once; one audit record per store whose purge completed."""
+    def run(self, *, everything: bool = False) -> list[PurgeRecord]:
+        """Purge every lagging store once (`everything`: every store); one audit record, committed, per
+        store whose purge completed. A store whose purge failed or did not complete is retried after
+        a backoff (see `due`)."""
         started = time.monotonic()
         audit = self.components.audit
         covers = audit.tip()
+        lagging = None if everything else set(self.lagging())
         records: list[PurgeRecord] = []
         incomplete: list[str] = []
         for name, purge in self._targets():
+            if lagging is not None and name not in lagging:
+                continue
             try:
                 details = purge()
             except Exception:
@@ -95,16 +138,21 @@ class Purger:
                 record = PurgeRecord(store=name, at=self.clock(), covers_seq=covers, details=_plain(details))
                 audit.append_purge(record)
                 records.append(record)
+                if self._by_store is not None:
+                    self._by_store[name] = max(self._by_store.get(name, 0), covers)
             else:
                 incomplete.append(name)
         if incomplete:
-            self._covered = None  # recomputed from the trail: some store still lags
-            log.warning("purge incomplete for %s; the next purge retries", ", ".join(incomplete))
+            self._failures += 1
+            wait = min(RETRY_MAX_S, RETRY_AFTER_S * 2 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + wait
+            log.warning("purge incomplete for %s; retrying in %.0fs", ", ".join(incomplete), wait)
         else:
-            self._covered = covers
+            self._failures, self._retry_at = 0, 0.0
         self.last_run_at = time.monotonic()
         self.runs += 1
-        log.info("purged %d store(s) up to audit seq %d in %.2fs", len(records), covers, time.monotonic() - started)
+        if records or incomplete:
+            log.info("purged %d store(s) up to audit seq %d in %.2fs", len(records), covers, time.monotonic() - started)
         return records
 
     def expire_superseded(self, days: float) -> int:
@@ -133,6 +181,7 @@ class Purger:
             )
         )
         log.info("retention: %d passages superseded before %s deleted", len(removed), cutoff.date())
+        self.run(everything=True)  # their bytes leave the files now: no deletion record makes it pending
         return len(removed)
 
 
@@ -141,7 +190,7 @@ RETENTION_EVERY_S = 3600.0
 
 def scheduled_purges(components: Components) -> Callable[[bool], None]:
     """The worker's purge schedule, called by its timer (and with `now` after an erasure): purge
-    whenever deletions wait for one (a run takes up to one lease interval on Elasticsearch, so a
+    whenever a deletion waits for one (a run takes up to one lease interval on Elasticsearch, so a
     deletion's bytes are gone within about two timer periods plus that), and apply
     `retain_superseded_days` hourly."""
     purger = Purger(components)
@@ -153,8 +202,8 @@ def scheduled_purges(components: Components) -> Callable[[bool], None]:
         if days is not None and time.monotonic() - last_retention[0] >= RETENTION_EVERY_S:
             last_retention[0] = time.monotonic()
             purger.expire_superseded(days)
-        if now or purger.pending() > 0:
-            purger.run()
+        if now or purger.due():
+            purger.run(everything=now)
 
     return hook
 

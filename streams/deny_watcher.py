@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 
 GROUP = "ragsync-deny"
 POLL_S = 0.02
+IDLE_POLL_S = 0.1
+"""Once the two topics have been quiet for a few polls the interval doubles up to this: a revocation
+published into a quiet log is effective within it, and an idle owner wakes 10 times a second, not 50."""
 
 
 class DenyWatcher:
@@ -51,14 +54,17 @@ class DenyWatcher:
             self._thread.start()
 
     def _run(self) -> None:
+        wait = self.poll_s
         while not self._stop.is_set():
             try:
                 if self.step():
+                    wait = self.poll_s
                     continue
             except Exception:  # the worker still denies each event itself before applying it
                 log.exception("deny watcher step failed")
                 self._stop.wait(1.0)
-            self._stop.wait(self.poll_s)
+            self._stop.wait(wait)
+            wait = min(max(self.poll_s, IDLE_POLL_S), wait * 2)
 
     def stop(self) -> None:
         self._stop.set()

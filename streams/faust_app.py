@@ -375,10 +375,11 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
 
 
 MAINTENANCE_INTERVAL_S = 10.0
+"""How often the worker looks for deletions to purge physically (the hook purges only when a deletion
+is newer than the stores' last purges, ragsync.purge)."""
 
 REVOCATION_CONCURRENCY = 4
 """Actors applying ACL changes and deletions at once (each in a thread of its own: store round trips)."""
-"""How often the worker looks for deletions to purge physically (the hook decides whether it is time)."""
 
 
 def _record(logical: str, message: Any) -> Record:

@@ -21,6 +21,7 @@ from test_cluster_end_to_end import REPO, cli, eventually, start_ragsync, stop
 from test_cluster_end_to_end import cluster_env as cluster_env  # the fixture
 from test_deletion_physical import KEEP_WORDS, V1_WORDS, found_in, v1
 
+from streams.faust_app import MAINTENANCE_INTERVAL_S
 from streams.kafka_log import ERASE_BOUND_S
 
 DOC = "acme/ops/plan.md"
@@ -157,6 +158,11 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
         assert copies["qdrant"]["removed_physically_at"], copies["qdrant"]
         assert cert["remnants"] == 0 and cert["unchecked"] == [] and cert["audit_trail"]["intact"]
         assert copies["event log"]["observed_compacted"] and copies["dead-letter topic"]["observed_compacted"]
+        # Every store purged: the worker's purge timer adds nothing more (issue 20: it purged every
+        # timer period forever, each purge record making the next purge pending).
+        trail = json.loads(cli(cluster_env, "audit", "verify", "--json"))
+        assert cert["audit_trail"]["records"] <= trail["records"]
+        certified_at = time.monotonic()
 
         assert topic_words(cluster_env, V1_WORDS) == {}, "no record of the topics carries a word of the document"
         files = broker_files(cluster_env)
@@ -171,6 +177,10 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
         assert words_in(broker_files(cluster_env), KEEP_WORDS), "the scan finds a live document's words"
         assert redis_words(cluster_env, V1_WORDS) == []
         assert found_in(home, V1_WORDS) == {}
+        time.sleep(max(0.0, certified_at + 3 * MAINTENANCE_INTERVAL_S - time.monotonic()))
+        assert json.loads(cli(cluster_env, "audit", "verify", "--json"))["records"] == trail["records"], (
+            "the worker kept purging after every store had purged the deletion"
+        )
         propagation = json.loads(cli(cluster_env, "audit", "propagation", "--json", "--bound", "3600"))
         assert propagation["events"] >= 1 and "delete/converged" in propagation["by_copy"]
         print(f"broker files free of the document {gone_after:.0f}s after the deletion was published")

@@ -69,6 +69,7 @@ def test_retention_deletes_superseded_versions_older_than_the_setting(tmp_path: 
         sink.apply(old)
         new = upsert(2, "# New\n\nThe second wording of the page.", effective=old.occurred_at + timedelta(days=3))
         sink.apply(new)
+        sink.flush()  # the batch is durable, as the worker makes it before any maintenance
         lexical = components.lexical
         assert isinstance(lexical, SqliteLexicalIndex)
         assert {p.version for p in lexical.doc_passages("acme", "t:p.md")} == {1, 2}

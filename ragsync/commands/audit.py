@@ -201,7 +201,8 @@ def audit_deletion(ctx: click.Context, doc_id: str, tenant: str | None, as_json:
         pending = ", ".join(cert["physical_pending"]) or "none"
         click.echo(
             f"remnants: {cert['remnants']}; physical purge pending: {pending};"
-            f" audit trail {'intact' if trail['intact'] else 'NOT INTACT'} ({trail['records']} records)"
+            f" audit trail {'intact' if trail['intact'] else 'NOT INTACT'}:"
+            f" {trail['records']} records, head {trail.get('head') or '(empty)'}"
         )
     if not cert["complete"]:
         ctx.exit(1)

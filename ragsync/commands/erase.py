@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import click
 
@@ -12,7 +13,16 @@ from ragsync.wiring import Components, build
 from schemas._time import utcnow
 from schemas.events import DeletePayload, Event, EventKind, make_event_id, split_doc_id, valid_source_name
 
-WAIT_S = 180.0
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Whether the erasure was applied and purged within the bound, after how long, and if not, why."""
+
+    confirmed: bool
+    seconds: float
+    why_not: str
 
 
 def resolve(components: Components, tenant: str, name: str, source: str | None) -> tuple[str, str, int]:
@@ -70,6 +80,9 @@ def erase(ctx: click.Context, doc_id: str, tenant: str, source: str | None, wait
     instants only); `ragsync audit deletion DOC_ID` certifies it afterwards. If the source still has
     the document, its next sync indexes it again: remove it at the source too.
 
+    With --wait (the default) it returns once every store confirmed the purge, or after
+    `purge_max_delay_s` (60) with one line saying what is not confirmed yet.
+
     \b
     Exit status: 0 erased (or, with --no-wait, published); 1 not confirmed in time; 2 bad usage.
     """
@@ -93,14 +106,26 @@ def erase(ctx: click.Context, doc_id: str, tenant: str, source: str | None, wait
     finally:
         components.close()
     report: dict[str, object] = {"tenant": tenant, "doc_id": full_id, "version": version, "event_id": event.event_id}
+    confirmation = None
     if wait:
-        report["erased"] = _apply_and_wait(ctx, settings, tenant, full_id, version)
+        confirmation = _apply_and_wait(ctx, settings, tenant, full_id, version, doc_id)
+        report["erased"] = confirmation.confirmed
+        report["seconds"] = round(confirmation.seconds, 3)
+        if not confirmation.confirmed:
+            report["not_confirmed"] = confirmation.why_not
     if as_json:
         click.echo(json.dumps(report, indent=2))
-    else:
-        state = "erased" if report.get("erased") else "published"
-        click.echo(f"{state}: {tenant}/{full_id} at version {version} (`ragsync audit deletion {doc_id}` certifies it)")
-    if wait and not report.get("erased"):
+    elif confirmation is None:
+        click.echo(
+            f"published: {tenant}/{full_id} at version {version} (not waiting: `ragsync audit deletion {doc_id}`)"
+        )
+    elif confirmation.confirmed:
+        click.echo(
+            f"erased: {tenant}/{full_id} at version {version}, applied and purged from every store in"
+            f" {confirmation.seconds:.1f}s (`ragsync audit deletion {doc_id}` certifies it)"
+        )
+    if confirmation is not None and not confirmation.confirmed:
+        note(confirmation.why_not)
         ctx.exit(EXIT_FAILED)
 
 
@@ -120,18 +145,23 @@ def _mark_connector_state(components: Components, source: str, tenant: str, doc_
         state.close()
 
 
-def _apply_and_wait(ctx: click.Context, settings: object, tenant: str, doc_id: str, version: int) -> bool:
+def _apply_and_wait(
+    ctx: click.Context, settings: object, tenant: str, doc_id: str, version: int, name: str
+) -> Confirmation:
     """Embedded: the home's owner (`ragsync serve`) applies and purges the erasure; without one, this
     command owns the home meanwhile and does it. Cluster: the workers apply it, their purge timer covers
     it at once (an erasure asks for it). Either way, wait until the state says erased and every store's
-    purge covers it."""
+    purge covers it, for at most the purge bound (`purge_max_delay_s`) from now."""
     from ragsync.home_lock import HomeLock, current_owner
     from ragsync.settings import Settings
 
     assert isinstance(settings, Settings)
-    deadline = time.monotonic() + WAIT_S
+    started = time.monotonic()
+    bound = settings.purge_max_delay_s
+    deadline = started + bound
+    owner = "the workers" if settings.profile == "cluster" else "this command"
     if settings.profile == "embedded":
-        while current_owner(settings.home) is None:
+        while (info := current_owner(settings.home)) is None:
             lock = HomeLock(settings.home)
             if lock.try_acquire("erase"):
                 try:
@@ -145,35 +175,55 @@ def _apply_and_wait(ctx: click.Context, settings: object, tenant: str, doc_id: s
                 finally:
                     lock.release()
                 break
+        if info is not None:
+            owner = f"`ragsync {info.command}` (pid {info.pid})"
     components = build(settings, with_embedder=False)
     try:
-        while time.monotonic() < deadline:
+        while True:  # checked at least once, however long applying took here
             state = components.docs.get(tenant, doc_id)
             if state is not None and state.deleted and state.applied_version >= version:
-                return _purged(components, tenant, doc_id, deadline)
-            time.sleep(0.5)
-        note(f"the erasure of {tenant}/{doc_id} was not applied within {WAIT_S:.0f}s (is a worker running?)")
-        return False
+                return _purged(components, tenant, doc_id, deadline, started, bound, name)
+            if time.monotonic() >= deadline:
+                return Confirmation(
+                    False,
+                    time.monotonic() - started,
+                    f"not confirmed: {owner} did not apply the erasure of {tenant}/{doc_id} within {bound:g}s"
+                    " (purge_max_delay_s); it stays published and is applied when the indexer catches up"
+                    " (see `ragsync status`)",
+                )
+            time.sleep(POLL_S)
     except click.UsageError as exc:
         fail(str(exc), EXIT_USAGE)
     finally:
         components.close()
 
 
-def _purged(components: Components, tenant: str, doc_id: str, deadline: float) -> bool:
-    """Whether every purgeable store covered the erasure's audit record (waits for the cluster's purge)."""
+def _purged(
+    components: Components, tenant: str, doc_id: str, deadline: float, started: float, bound: float, name: str
+) -> Confirmation:
+    """Whether every purgeable store covered the erasure's audit record (waits for the owner's or the
+    cluster's purge, until the deadline)."""
     audit = components.audit
     mine = [r for r in audit.records(tenant) if r.doc_id == doc_id and r.erase]
     if not mine:
-        return False
+        return Confirmation(
+            False, time.monotonic() - started, f"not confirmed: no erasure of {tenant}/{doc_id} is in the audit trail"
+        )
     latest = max(mine, key=lambda r: r.seq or 0)
     seq = latest.seq or 0
     # The stores that dropped it and purge physically: the lexical store and the vector store.
     expected = {components.lexical.name} | ({"qdrant-edge", "qdrant"} & set(latest.removed_at))
-    while time.monotonic() < deadline:
+    while True:
         purged = {p.store for p in audit.purges() if p.covers_seq >= seq}
         if expected <= purged:
-            return True
-        time.sleep(1.0)
-    note("the erasure is applied, but not every store has confirmed its purge yet")
-    return False
+            return Confirmation(True, time.monotonic() - started, "")
+        if time.monotonic() >= deadline:
+            missing = ", ".join(sorted(expected - purged))
+            return Confirmation(
+                False,
+                time.monotonic() - started,
+                f"not confirmed: the erasure is applied (no query returns it) but {missing} did not confirm"
+                f" its physical purge within {bound:g}s (purge_max_delay_s); `ragsync audit deletion {name}`"
+                " shows each copy",
+            )
+        time.sleep(POLL_S)

@@ -144,6 +144,22 @@ def test_audit_chain_links_records_and_detects_tampering(stores: tuple[Any, Any]
     assert any("chain head" in p.problem for p in verify(links, head))
 
 
+def test_latest_record_of_each_kind_is_what_makes_a_purge_pending(stores: tuple[Any, Any]) -> None:
+    from indexer.audit_records import KIND_DELETION, KIND_PURGE
+    from indexer.ports import PurgeRecord
+
+    _, audit = stores
+    assert audit.latest(KIND_DELETION) == audit.latest(KIND_PURGE) == 0
+    audit.append(record("k1"))
+    for store in ("lexical", "vector"):
+        audit.append_purge(PurgeRecord(store=store, at=NOW + timedelta(seconds=1), covers_seq=1, details={}))
+    assert audit.latest(KIND_DELETION) == 1 and audit.latest(KIND_PURGE) == 3 and audit.tip() == 3
+    audit.append(record("k2", doc="b.md"))
+    assert audit.latest(KIND_DELETION) == 4 and audit.latest(KIND_PURGE) == 3
+    links, head = audit.chain()
+    assert len(links) == 4 and head == (4, links[-1].hash)
+
+
 def test_states_lists_every_document_and_tombstone_in_order(stores: tuple[Any, Any]) -> None:
     docs, _ = stores
     assert docs.states() == []
