@@ -42,7 +42,14 @@ class SourceDocument:
 
 
 SkipReason = Literal[
-    "symlink", "inside the ragsync home", "unsupported type", "too large", "binary", "unreadable", "not a file"
+    "symlink",
+    "inside the ragsync home",
+    "unsupported type",
+    "too large",
+    "binary",
+    "unreadable",
+    "not a file",
+    "over budget",  # reading it took longer or more memory than a file may (connectors.extract)
 ]
 
 

@@ -7,22 +7,32 @@ the document to be re-emitted by the next run. Under a new version: the failed e
 reached the log anyway (an acknowledgement lost in a broker restart), and two different events
 under one version would let the stale one win (ConnectorState.next_version says how).
 
+Revocations never wait for content (issue 18): a scan is two passes. The listing pass publishes
+everything the listing decides on its own, at once: ACL changes (narrowed to the readers both the
+old and the new ACL admit while the document's content changed too and is not read yet), moves to
+another tenant, locks under broken manifests and deletions. The content pass then fetches and reads
+each changed document, one at a time, each within the budget `extract` enforces, and publishes
+upserts and the ACL widenings that had to wait for their content.
+
 Deletes are the dangerous part: a document missing from the listing is deleted only when the
-listing is known to be complete (no connector error, no failed fetch). A permission hiccup or an
-unmounted share must never wipe an index.
+listing is known to be complete (no connector error). A permission hiccup or an unmounted share
+must never wipe an index. A listed document whose bytes cannot be fetched is seen, so never
+deleted; it keeps its last good content.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from pydantic import ValidationError
 
-from connectors.base import Skipped, SourceConnector, SourceDocument
+from connectors.base import ContentType, Skipped, SourceConnector, SourceDocument
+from connectors.extract import OverBudget
 from connectors.formats import BinaryContent, Content, Unreadable, read_content
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
@@ -65,6 +75,12 @@ class ScanReport:
     locked: int = 0  # ACL events that made documents under a broken manifest readable by nobody
     skipped: list[Skipped] = field(default_factory=list)  # files seen and not indexed, with why
     decoded: list[str] = field(default_factory=list)  # documents that were not UTF-8, with the encoding used
+    fetch_failed: bool = False  # the source did not deliver some listed document's bytes
+
+    @property
+    def complete(self) -> bool:
+        """The listing was complete and every listed document was fetched (its content may still be bad)."""
+        return not self.deletes_skipped and not self.fetch_failed
 
 
 def build_event(
@@ -105,35 +121,48 @@ async def scan(
     batch: int = 256,
     allow_deletes: bool = True,
     max_event_bytes: int = MAX_EVENT_BYTES,
+    extract: Callable[[ContentType, bytes], Content] = read_content,
+    max_batch_delay_s: float = 2.0,
 ) -> ScanReport:
     """`force` re-emits every document as an upsert (after a chunker change); deletes are unaffected.
 
+    Two passes, so that no content ever delays a revocation (issue 18): the listing pass decides
+    everything the listing alone decides (ACL narrowings, documents moved to another tenant, locks,
+    deletions) and publishes it at once; only then is any content fetched and read. `extract` reads
+    fetched bytes (connectors.extract reads them within a time and memory budget; a file over it is
+    that file's error).
+
     With `publish_many` (durable when it returns, like `publish`), events are published `batch` at a
-    time and their state rows written after each batch: a scan of many small files costs one log sync
-    per batch, not one per file, and a crash loses at most an unpublished batch, which the next scan
-    re-emits with the same versions. `allow_deletes=False` is a pass that may only add and change
-    (a watcher's change-driven pass); deletions then wait for a full pass.
+    time, or `max_batch_delay_s` after the first of a batch, and their state rows written after each
+    batch: a scan of many small files costs one log sync per batch, not one per file, and a crash
+    loses at most an unpublished batch, which the next scan re-emits with the same versions.
+    `allow_deletes=False` is a pass that may only add and change (a watcher's change-driven pass);
+    deletions then wait for a full pass.
     """
     report = ScanReport()
     source = connector.name
     state.claim(source, connector.location)  # SourceConflict: the name already namespaces another source
     seen: set[tuple[str, str]] = set()
+    acl_changed: set[tuple[str, str]] = set()
     own_errors: list[str] = []
-    fetch_failed = False
     pending: list[tuple[Event, DocRecord]] = []
+    pending_since = 0.0
 
     def issued(rows: Sequence[tuple[Event, DocRecord]]) -> None:
         """Spend the versions before publishing (state rows are keyed by the unqualified doc_id)."""
         state.issue(source, [(row.tenant, row.doc_id, event.version) for event, row in rows])
 
     def emit(event: Event, row: DocRecord) -> None:
+        nonlocal pending_since
         if publish_many is None:
             issued([(event, row)])
             publish(event)
             state.put(source, row)
             return
+        if not pending:
+            pending_since = time.monotonic()
         pending.append((event, row))
-        if len(pending) >= batch:
+        if len(pending) >= batch or time.monotonic() - pending_since >= max_batch_delay_s:
             flush()
 
     def flush() -> None:
@@ -143,6 +172,15 @@ async def scan(
             for _, row in pending:
                 state.put(source, row)
             pending.clear()
+
+    def acl_event(record: DocRecord, acl: tuple[str, ...]) -> DocRecord:
+        version = state.next_version(source, record.tenant, record.doc_id, record.version)
+        row = replace(record, version=version, acl=acl)
+        emit(build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=acl), now()), row)
+        if (record.tenant, record.doc_id) not in acl_changed:
+            acl_changed.add((record.tenant, record.doc_id))
+            report.acl_changes += 1
+        return row
 
     def delete(record: DocRecord, reason: str) -> None:
         version = state.next_version(source, record.tenant, record.doc_id, record.version)
@@ -165,6 +203,8 @@ async def scan(
             report.acl_changes += 1
             report.locked += 1
 
+    # ---- the listing pass: what the listing alone decides, published before any content is read
+    to_read: list[tuple[SourceDocument, DocRecord | None, int, tuple[str, ...]]] = []
     async for doc in connector.documents():
         if progress is not None:
             progress(1)
@@ -177,82 +217,22 @@ async def scan(
             delete(moved, "moved to another tenant")
         acl = tuple(sorted(set(doc.acl)))
         record = state.get(source, doc.tenant, doc.doc_id)
-        if record is not None and record.deleted:
-            record_live: DocRecord | None = None
-        else:
-            record_live = record
-        if (
-            record_live is not None
-            and not force
-            and record_live.fingerprint == doc.fingerprint
-            and record_live.acl == acl
-        ):
-            report.unchanged += 1
+        live = record if record is not None and not record.deleted else None
+        if live is not None and live.acl != acl:
+            # The same content (fingerprint) takes its new ACL now. Changed content takes only the
+            # readers both ACLs admit until it is read: a revocation never waits for a file, and a
+            # wider ACL never reaches the old text it may not have been meant for (fail closed).
+            narrowed = acl if live.fingerprint == doc.fingerprint else tuple(a for a in live.acl if a in acl)
+            if narrowed != live.acl:
+                live = acl_event(live, narrowed)
+        if live is not None and not force and live.fingerprint == doc.fingerprint and live.acl == acl:
+            if (doc.tenant, doc.doc_id) not in acl_changed:
+                report.unchanged += 1
             continue
-        next_version = state.next_version(source, doc.tenant, doc.doc_id, record.version if record else 0)
-        acl_changed = record_live is not None and record_live.acl != acl
-        event: Event | None = None
-        content_hash: str | None = None
-        try:
-            try:
-                data = await doc.fetch()
-            except Exception as exc:  # any source failure: report it, and keep this scan from deleting
-                fetch_failed = True
-                raise _ContentError(f"cannot read: {exc}") from exc
-            content_hash = hashlib.sha256(data).hexdigest()
-            if record_live is None or force or record_live.content_hash != content_hash:
-                try:
-                    content = await asyncio.to_thread(read_content, doc.content_type, data)
-                except BinaryContent as exc:
-                    report.skipped.append(Skipped(doc.doc_id, "binary", str(exc)))
-                    raise
-                except Unreadable as exc:
-                    report.skipped.append(Skipped(doc.doc_id, "unreadable", str(exc)))
-                    raise
-                if content.encoding is not None:
-                    report.decoded.append(f"{doc.doc_id}: decoded as {content.encoding}")
-                payload = upsert_payload(doc, data, content_hash, acl, content=content)
-                event = build_event(source, doc.tenant, doc.doc_id, next_version, payload, now())
-                size = len(event.model_dump_json().encode())
-                if size > max_event_bytes:
-                    # Published, it would fail in the log (Kafka refuses it) and stop every later scan.
-                    detail = f"its text makes a {size}-byte event, limit {max_event_bytes}"
-                    report.skipped.append(Skipped(doc.doc_id, "too large", detail))
-                    raise _ContentError(f"too large to index: {detail}")
-        except Exception as exc:
-            # One document's bad content (an unreadable file, an impossible date, a parser bug) is
-            # that document's error, never a stopped scan. It is seen, so it is not deleted, and it
-            # keeps its last good content; but a new ACL does not depend on the content and is
-            # applied now: a revocation must never wait for someone to fix a typo in the text.
-            own_errors.append(f"{doc.doc_id}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
-            if not acl_changed or record_live is None:
-                continue
-            content_hash = None
-        if event is not None:
-            report.upserts += 1
-        elif acl_changed and record_live is not None:
-            event = build_event(source, doc.tenant, doc.doc_id, next_version, AclPayload(acl=acl), now())
-            report.acl_changes += 1
-        else:
-            assert record_live is not None
-            state.put(source, replace(record_live, fingerprint=doc.fingerprint))
-            report.unchanged += 1
-            continue
-        if content_hash is None and record_live is not None:
-            # Only the ACL moved: the old content (and its fingerprint, so the next scan reads the
-            # file again and reports it again until it is fixed) stays as the last good one.
-            emit(event, replace(record_live, version=event.version, acl=acl))
-        else:
-            assert content_hash is not None
-            emit(
-                event,
-                DocRecord(doc.tenant, doc.doc_id, event.version, content_hash, acl, doc.fingerprint, deleted=False),
-            )
-
-    flush()
-    report.errors = [*connector.errors, *own_errors]
-    report.skipped = [*connector.skipped, *report.skipped]
-    if connector.errors or fetch_failed:
+        last = live or record
+        to_read.append((doc, live, last.version if last is not None else 0, acl))
+    flush()  # state rows first: the deletions below read them
+    if connector.errors:
         report.deletes_skipped = True
         # Deletes wait for a complete listing, but a document gone from under a broken manifest
         # must not keep its old readers meanwhile: it is locked like the documents still there.
@@ -261,14 +241,100 @@ async def scan(
             gone = (record.tenant, record.doc_id) not in seen
             if gone and any(f == "" or record.doc_id.startswith(f + "/") for f in locked_folders):
                 lock(SourceDocument(record.doc_id, record.tenant, (), "", "text", "", "", _no_fetch, locked=True))
-        return report
-    if not allow_deletes:
-        return report
-    for record in state.live(source):
-        if (record.tenant, record.doc_id) not in seen:
-            delete(record, "removed at source")
+    elif allow_deletes:
+        for record in state.live(source):
+            if (record.tenant, record.doc_id) not in seen:
+                delete(record, "removed at source")
     flush()
+
+    # ---- the content pass: each document read within its budget, its failure its own
+    for doc, live, last_version, acl in to_read:
+        try:
+            event = await _content_event(
+                doc, live, last_version, acl, source, state, report, extract, force, now, max_event_bytes
+            )
+        except _FetchFailed as exc:
+            report.fetch_failed = True
+            own_errors.append(f"{doc.doc_id}: {exc}")
+            continue
+        except Exception as exc:
+            # One document's bad content (an unreadable file, an impossible date, a file over its
+            # budget, a parser bug) is that document's error, never a stopped scan. It is seen, so it
+            # is not deleted, and it keeps its last good content and its fingerprint, so the next
+            # scan reads it again and reports it again until it is fixed. Its revocation, if any,
+            # went out in the listing pass; a widening waits for content that can be read.
+            own_errors.append(f"{doc.doc_id}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
+            continue
+        if event is not None:
+            assert isinstance(event.payload, UpsertPayload)
+            report.upserts += 1
+            row = DocRecord(doc.tenant, doc.doc_id, event.version, event.payload.content_hash, acl, doc.fingerprint)
+            emit(event, row)
+            continue
+        # The same bytes under a new fingerprint (a touch, or an edit undone): the content is known,
+        # so its ACL may now widen to what the listing says.
+        assert live is not None
+        if live.acl != acl:
+            acl_event(replace(live, fingerprint=doc.fingerprint), acl)
+        else:
+            state.put(source, replace(live, fingerprint=doc.fingerprint))
+            if (doc.tenant, doc.doc_id) not in acl_changed:
+                report.unchanged += 1
+    flush()
+    report.errors = [*connector.errors, *own_errors]
+    report.skipped = [*connector.skipped, *report.skipped]
     return report
+
+
+class _FetchFailed(Exception):
+    """The source did not deliver a listed document's bytes."""
+
+
+async def _content_event(
+    doc: SourceDocument,
+    live: DocRecord | None,
+    last_version: int,
+    acl: tuple[str, ...],
+    source: str,
+    state: ConnectorState,
+    report: ScanReport,
+    extract: Callable[[ContentType, bytes], Content],
+    force: bool,
+    now: Callable[[], datetime],
+    max_event_bytes: int,
+) -> Event | None:
+    """The upsert for a document's new content, None when its bytes are the ones indexed. Raises
+    for content that cannot be indexed (_FetchFailed when the source did not deliver it)."""
+    try:
+        data = await doc.fetch()
+    except Exception as exc:  # any source failure: reported, and the document keeps what it had
+        raise _FetchFailed(f"cannot read: {exc}") from exc
+    content_hash = hashlib.sha256(data).hexdigest()
+    if live is not None and not force and live.content_hash == content_hash:
+        return None
+    try:
+        content = await asyncio.to_thread(extract, doc.content_type, data)
+    except BinaryContent as exc:
+        report.skipped.append(Skipped(doc.doc_id, "binary", str(exc)))
+        raise
+    except Unreadable as exc:
+        report.skipped.append(Skipped(doc.doc_id, "unreadable", str(exc)))
+        raise
+    except OverBudget as exc:
+        report.skipped.append(Skipped(doc.doc_id, exc.reason, exc.detail))
+        raise _ContentError(f"not indexed: {exc.detail}") from exc
+    if content.encoding is not None:
+        report.decoded.append(f"{doc.doc_id}: decoded as {content.encoding}")
+    payload = upsert_payload(doc, data, content_hash, acl, content=content)
+    version = state.next_version(source, doc.tenant, doc.doc_id, last_version)
+    event = build_event(source, doc.tenant, doc.doc_id, version, payload, now())
+    size = len(event.model_dump_json().encode())
+    if size > max_event_bytes:
+        # Published, it would fail in the log (Kafka refuses it) and stop every later scan.
+        detail = f"its text makes a {size}-byte event, limit {max_event_bytes}"
+        report.skipped.append(Skipped(doc.doc_id, "too large", detail))
+        raise _ContentError(f"too large to index: {detail}")
+    return event
 
 
 async def _no_fetch() -> bytes:

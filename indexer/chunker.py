@@ -23,7 +23,9 @@ Two choices worth knowing about:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from indexer.budget import Budget, ChildPool, OverBudget
 from indexer.chunking.anchors import anchor_pieces
 from indexer.chunking.delimited import read_csv, read_tsv
 from indexer.chunking.extracted import read_extracted
@@ -33,16 +35,19 @@ from indexer.chunking.plain import read_text
 from indexer.chunking.rst import read_rst
 from indexer.chunking.sentences import sentences
 from indexer.chunking.sizing import apply_lead_ins, merge, size
-from indexer.chunking.units import Chunk, Locus, Reader, Unit, UnitBuilder
+from indexer.chunking.units import Chunk, Locus, Reader, Unchunkable, Unit, UnitBuilder
+from schemas.events import EXTRACTED_CONTENT_TYPES
 from schemas.events import TextContentType as ContentType
-from schemas.extracted import ExtractedDocument
+from schemas.extracted import ExtractedDocument, Table
 
 __all__ = [
     "CHUNKER_VERSION",
     "READERS",
     "Chunk",
     "ContentType",
+    "IsolatedChunker",
     "Locus",
+    "Unchunkable",
     "Unit",
     "UnitBuilder",
     "chunk_document",
@@ -50,7 +55,14 @@ __all__ = [
     "chunk_units",
 ]
 
-CHUNKER_VERSION = "structure-v2"  # bump whenever output for the same input may change (v2: boilerplate removal)
+MAX_AMPLIFICATION = 8
+AMPLIFICATION_SLACK = 4 * 1024 * 1024
+"""A document's passages may hold 8 times its text, plus 4 MiB: a header repeated on every row of a
+wide table stays well inside; a header repeated on a million one-character rows does not."""
+
+# Bump whenever output for the same input may change (v2: boilerplate removal; v3: repeated header
+# rows, inherited definition terms and list indentation bounded, and amplification refused, issue 18).
+CHUNKER_VERSION = "structure-v3"
 
 READERS: Mapping[str, Reader] = {
     "markdown": read_markdown,
@@ -72,21 +84,106 @@ def chunk_document(content: str, content_type: ContentType, *, max_chars: int = 
     if reader is None:
         raise ValueError(f"unsupported content type: {content_type!r}")
     content = content.replace("\r\n", "\n").replace("\r", "\n").lstrip("\ufeff")
-    return chunk_units(reader(content, title), max_chars)
+    return chunk_units(reader(content, title), max_chars, source_chars=len(content))
 
 
 def chunk_extracted(document: ExtractedDocument, *, max_chars: int = 1000) -> list[Chunk]:
     """Passages of a document the connector extracted (PDF, DOCX), each with its page when it has one."""
-    return chunk_units(read_extracted(document), max_chars)
+    return chunk_units(read_extracted(document), max_chars, source_chars=_extracted_chars(document))
 
 
-def chunk_units(units: list[Unit], max_chars: int = 1000) -> list[Chunk]:
-    """Sizing, lead-ins, merging and anchors for units any reader produced (the entry for new formats)."""
+def chunk_units(units: list[Unit], max_chars: int = 1000, *, source_chars: int | None = None) -> list[Chunk]:
+    """Sizing, lead-ins, merging and anchors for units any reader produced (the entry for new formats).
+
+    Raises Unchunkable when the passages would hold more than MAX_AMPLIFICATION times the source's
+    `source_chars` (plus AMPLIFICATION_SLACK): the worker's memory for one document stays bounded.
+    """
     if max_chars < 40:
         raise ValueError("max_chars must be at least 40 so a prefix and some text fit in a chunk")
-    return anchor_pieces(merge(size(apply_lead_ins(units, max_chars), max_chars), max_chars))
+    if source_chars is None:
+        source_chars = sum(len(text) for unit in units for text, _ in unit.parts)
+    limit = MAX_AMPLIFICATION * source_chars + AMPLIFICATION_SLACK
+    return anchor_pieces(merge(size(apply_lead_ins(units, max_chars), max_chars, limit), max_chars))
+
+
+def _extracted_chars(document: ExtractedDocument) -> int:
+    total = 0
+    for block in document.blocks:
+        if isinstance(block, Table):
+            total += sum(len(cell) + 3 for row in block.rows for cell in row)
+        else:
+            total += len(block.text)
+    return total
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences as substrings of the text (stripped), not cut at "e.g.", initials or "3.11"."""
     return sentences(text)
+
+
+class IsolatedChunker:
+    """chunk_document / chunk_extracted for the indexer, large documents in a child within a Budget.
+
+    The worker chunks every upsert it applies, and it runs inside `ragsync serve`. The readers are
+    linear, but linear with a parser's constant: markdown-it holds ~700 bytes of tokens per byte of a
+    table of one-character cells, docutils is quadratic on wide grid tables. So reStructuredText,
+    and any document over `budget.inline_bytes` (of text, or of extracted blocks), is chunked in a
+    child process of indexer.budget; past its time or memory it is Unchunkable ("chunking exceeded 30 s"), which the
+    worker dead-letters with that reason. Smaller ones are chunked in-process, as before.
+    """
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self._pool = ChildPool(budget, ("indexer.chunker",), what="chunking")
+
+    @property
+    def started(self) -> int:
+        return self._pool.started
+
+    def chunk(self, content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:
+        if isinstance(content, ExtractedDocument):
+            size, data = _extracted_chars(content), content.model_dump_json().encode()
+        else:
+            size, data = len(content), content.encode()
+        if size <= self.budget.inline_bytes and content_type != "rst":  # docutils: never in-process (see rst.py)
+            return _chunk_here(content, content_type, max_chars=max_chars, title=title)
+        header = {"content_type": content_type, "max_chars": max_chars, "title": title}
+        try:
+            reply = self._pool.call("indexer.chunker:chunk_in_child", header, data)
+        except OverBudget as exc:
+            raise Unchunkable(exc.detail) from None
+        if not reply.get("ok"):
+            raise Unchunkable(str(reply.get("message", "")) or "cannot chunk")
+        return [
+            Chunk(anchor, tuple(path), text, Locus(locus[0], locus[1], locus[2]) if locus else None)
+            for anchor, path, text, locus in reply["chunks"]
+        ]
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _chunk_here(content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:
+    if isinstance(content, ExtractedDocument):
+        return chunk_extracted(content, max_chars=max_chars)
+    return chunk_document(content, content_type, max_chars=max_chars, title=title)  # type: ignore[arg-type]
+
+
+def chunk_in_child(header: dict[str, Any], data: bytes) -> dict[str, Any]:
+    """The child's side of IsolatedChunker.chunk: the chunks as JSON values, or why there are none."""
+    content: str | ExtractedDocument
+    if header["content_type"] in EXTRACTED_CONTENT_TYPES:
+        content = ExtractedDocument.model_validate_json(data)
+    else:
+        content = data.decode()
+    try:
+        chunks = _chunk_here(content, header["content_type"], max_chars=header["max_chars"], title=header["title"])
+    except Unchunkable as exc:
+        return {"ok": False, "kind": "unchunkable", "message": str(exc)}
+    return {
+        "ok": True,
+        "chunks": [
+            [c.anchor, list(c.heading_path), c.text, [c.locus.unit, c.locus.first, c.locus.last] if c.locus else None]
+            for c in chunks
+        ],
+    }

@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from indexer.chunker import CHUNKER_VERSION, Chunk, chunk_document, chunk_extracted
+from indexer.chunker import (
+    CHUNKER_VERSION,
+    Chunk,
+    IsolatedChunker,
+    Unchunkable,
+    chunk_document,
+    chunk_extracted,
+)
 from indexer.grants import NONE, Grants, overtaken, regrant, restart
 from indexer.payload import point_id
 from indexer.ports import (
@@ -124,6 +131,7 @@ class IndexSink:
         *,
         max_chars: int = 1000,
         clock: Callable[[], datetime] = utcnow,
+        chunker: IsolatedChunker | None = None,
     ) -> None:
         self.lexical = lexical
         self.vector = vector if embedder is not None else None
@@ -134,6 +142,7 @@ class IndexSink:
         self.max_chars = max_chars
         self.clock = clock
         self._chunks: dict[tuple[str, str], list[Chunk]] = {}
+        self.chunker = chunker  # large documents chunked in a child within a budget; None: all in-process
 
     def embed_upserts(self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None) -> dict[str, Vectors]:
         """Vectors for the passages of many upserts, embedded together.
@@ -154,7 +163,10 @@ class IndexSink:
             payload = event.payload
             if not isinstance(payload, UpsertPayload) or is_stale(event, self.docs.get(event.tenant, event.doc_id)):
                 continue
-            passages = self.passages_for(event, payload)
+            try:
+                passages = self.passages_for(event, payload)
+            except Unchunkable:
+                continue  # apply() raises it again, and the worker dead-letters the event with the reason
             spans.append((event.event_id, len(texts), len(texts) + len(passages)))
             texts.extend(embedding_text(p) for p in passages)
         if not texts:
@@ -246,10 +258,17 @@ class IndexSink:
         ]
 
     def chunks(self, payload: UpsertPayload) -> list[Chunk]:
+        """Unchunkable for content that cannot be chunked within bounds (the worker dead-letters it)."""
+        if self.chunker is not None and payload.extracted is not None:
+            return self.chunker.chunk(payload.extracted, payload.content_type, max_chars=self.max_chars, title="")
         if payload.extracted is not None:
             return chunk_extracted(payload.extracted, max_chars=self.max_chars)
         if payload.content_type == "pdf" or payload.content_type == "docx":  # the payload's validator forbids it
             raise ValueError(f"{payload.content_type} upsert without extracted text")
+        if self.chunker is not None:
+            return self.chunker.chunk(
+                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
+            )
         return chunk_document(payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title)
 
     def _upsert(

@@ -115,9 +115,10 @@ def publish_source(
                         force=force or reindex,
                         publish_many=publish_many,
                         allow_deletes=allow_deletes,
+                        extract=components.extractor.read,
                     )
                 )
-                if not report.deletes_skipped:
+                if report.complete:
                     # The listing was complete and every file was read: each document was emitted under
                     # this chunker, was unchanged under it, or has content that cannot be indexed (an
                     # encrypted PDF, a bad date). Those are re-read by every scan until fixed, and emitted

@@ -137,6 +137,14 @@ class Settings(BaseSettings):
     revocation_bound_s: float = 2.0
     """Bound on a revocation's or deletion's propagation to every store (warnings, `audit propagation`)."""
     index_batch_size: int = Field(default=256, ge=1)  # upserts per indexer batch: one flush and commit each
+    extract_timeout_s: float = Field(default=30.0, gt=0)
+    """How long reading one file's content may take (a PDF, a DOCX, a large text file); past it the
+    file is not indexed, reported "extraction exceeded N s", and the scan goes on (connectors.extract)."""
+    extract_memory_mib: int = Field(default=1024, ge=64)
+    """How much memory reading one file's content may take, beyond the parsers themselves."""
+    extract_in_process_kib: int = Field(default=128, ge=0)
+    """Text files (Markdown, HTML, text, CSV, TSV) up to this size are read in the scanning process;
+    larger ones, and every PDF, DOCX and reStructuredText file, in a child process under the budget."""
     retain_superseded_days: float | None = None
     """Delete superseded versions older than this (None: keep the whole as-of history)."""
     purge_max_delay_s: float = 60.0

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any, Protocol
 
+from connectors.extract import Extractor
+from indexer.budget import Budget
 from indexer.cache import InProcessCache
+from indexer.chunker import IsolatedChunker
 from indexer.deny import DenySet
 from indexer.embedder import load_embedder
 from indexer.embedding_cache import CachedEmbedder
@@ -119,6 +122,26 @@ class Components:
     def propagation(self) -> PropagationLog:
         return self._open(self.factory.propagation())  # type: ignore[no-any-return]
 
+    def budget(self, max_reply_bytes: int = 64 * 1024 * 1024) -> Budget:
+        """What reading one document may cost (extraction at scan time, chunking in the indexer)."""
+        s = self.settings
+        return Budget(
+            timeout_s=s.extract_timeout_s,
+            memory_bytes=s.extract_memory_mib * 1024 * 1024,
+            inline_bytes=s.extract_in_process_kib * 1024,
+            max_reply_bytes=max_reply_bytes,
+        )
+
+    @cached_property
+    def extractor(self) -> Extractor:
+        """Reads fetched content within the budget; its child processes live as long as these ports."""
+        return self._open(Extractor(self.budget()))  # type: ignore[no-any-return]
+
+    @cached_property
+    def chunker(self) -> IsolatedChunker:
+        """Chunks large documents in a child within the budget (passages may hold 8x the text: more room)."""
+        return self._open(IsolatedChunker(self.budget(max_reply_bytes=128 * 1024 * 1024)))  # type: ignore[no-any-return]
+
     @cached_property
     def reranker(self) -> Reranker | None:
         """A configured cross-encoder, else the sentence reranker on the loaded embedder, else none."""
@@ -146,6 +169,7 @@ class Components:
             self.audit,
             self.cache,
             max_chars=self.settings.chunk_max_chars,
+            chunker=self.chunker,
         )
 
     def retriever(self) -> Retriever:

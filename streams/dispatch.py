@@ -1,7 +1,8 @@
 """Record -> validated event -> sink, shared by the embedded worker and the Faust agents.
 
-A record that fails validation is dead-lettered with the reason and committed, so one bad
-event never blocks its topic; a store error is *not* caught here: the caller retries and the
+A record that fails validation, or whose content cannot be chunked within bounds (indexer.chunker
+Unchunkable), is dead-lettered with the reason and committed, so one bad event never blocks its
+topic; a store error is *not* caught here: the caller retries and the
 offset stays uncommitted until the write is durable.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from indexer.chunker import Unchunkable
 from indexer.ports import Vectors
 from indexer.sink import ApplyResult, IndexSink, Outcome
 from schemas.events import Event, EventKind
@@ -114,7 +116,12 @@ def apply_record(
         stats.dead_lettered += 1
         log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, event)
         return str(event), None
-    result = sink.apply(event, (vectors or {}).get(event.event_id))
+    try:
+        result = sink.apply(event, (vectors or {}).get(event.event_id))
+    except Unchunkable as exc:  # the document's content, not a store: retrying cannot help
+        stats.dead_lettered += 1
+        log.warning("dead-lettering %s@%d: cannot chunk %s: %s", record.topic, record.offset, event.doc_id, exc)
+        return f"cannot chunk {event.doc_id}: {exc}", None
     stats.add(record.topic, result)
     if event.kind in (EventKind.ACL, EventKind.DELETE) and result.lag_s > revocation_bound_s:
         log.warning(

@@ -210,7 +210,10 @@ async def test_removed_file_emits_delete(harness: Harness, drive: Path) -> None:
     assert (await harness.run())[1] == [], "a delete is emitted once"
 
 
-async def test_fetch_error_emits_no_deletes(harness: Harness, drive: Path) -> None:
+async def test_fetch_error_keeps_its_document_and_does_not_hold_back_deletes(harness: Harness, drive: Path) -> None:
+    """Deletions are decided by the complete listing, and published before any content is read
+    (issue 18): a listed file that cannot be fetched is seen, so it is never deleted, and it does not
+    make another file's removal wait."""
     await harness.run()
     (drive / "globex/refunds.md").unlink()
     (drive / "acme/board.md").write_text("# Board minutes\n\nNew plans.\n")
@@ -227,16 +230,16 @@ async def test_fetch_error_emits_no_deletes(harness: Harness, drive: Path) -> No
                 yield doc
 
     report, events = await harness.run(Flaky(drive))
-    assert events == []
-    assert report.deletes_skipped and report.deletes == 0
+    assert [(doc_path(e.doc_id), e.kind) for e in events] == [("globex/refunds.md", EventKind.DELETE)]
+    assert not report.deletes_skipped and report.deletes == 1
+    assert report.fetch_failed and not report.complete
     assert report.errors == ["acme/board.md: cannot read: permission denied"]
 
     report, events = await harness.run()
-    assert sorted((doc_path(e.doc_id), e.kind) for e in events) == [
-        ("acme/board.md", EventKind.UPSERT),
-        ("globex/refunds.md", EventKind.DELETE),
-    ], "the unreadable file is retried and the delete happens once the scan is complete"
-    assert not report.deletes_skipped
+    assert [(doc_path(e.doc_id), e.kind) for e in events] == [("acme/board.md", EventKind.UPSERT)], (
+        "the unreadable file is retried; the delete happened once"
+    )
+    assert report.complete
 
 
 async def test_symlinks_are_skipped_and_reported_and_a_replaced_file_is_deleted(harness: Harness, drive: Path) -> None:
@@ -313,9 +316,9 @@ async def test_manifest_move_to_other_tenant_is_delete_then_upsert(harness: Harn
     (drive / "acme/hr/.ragsync-acl.toml").write_text('tenant = "initech"\nread = ["group:hr"]\n')
     report, events = await harness.run()
     assert [(e.kind, e.tenant, doc_path(e.doc_id), e.version) for e in events] == [
-        (EventKind.DELETE, "acme", "acme/hr/notes.txt", 2),
-        (EventKind.UPSERT, "initech", "acme/hr/notes.txt", 1),
+        (EventKind.DELETE, "acme", "acme/hr/notes.txt", 2),  # the listing pass: before any content is read
         (EventKind.DELETE, "acme", "acme/hr/salaries.md", 2),
+        (EventKind.UPSERT, "initech", "acme/hr/notes.txt", 1),
         (EventKind.UPSERT, "initech", "acme/hr/salaries.md", 1),
     ]
     assert (report.deletes, report.upserts) == (2, 2)
@@ -496,7 +499,11 @@ async def test_acl_change_is_applied_when_the_same_edit_breaks_the_content(harne
     assert "95,000" in upsert(fixed).content and report.errors == []
 
 
-async def test_acl_change_is_applied_when_the_file_cannot_be_read(harness: Harness, drive: Path) -> None:
+async def test_acl_change_is_narrowed_at_once_and_widened_only_with_content_read(harness: Harness, drive: Path) -> None:
+    """board.md moves from the board's readers to all staff while its text changes, and the new
+    text cannot be read: the board keeps no access it lost (the old readers that the new ACL drops go
+    at once), but staff do not get the old minutes either: a wider ACL waits for the content it was
+    written for (issue 18, fail closed)."""
     await harness.run()
     (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')  # board.md: staff
 
@@ -515,10 +522,22 @@ async def test_acl_change_is_applied_when_the_file_cannot_be_read(harness: Harne
     report, events = await harness.run(Unreadable(drive))
     [event] = events
     assert (doc_path(event.doc_id), event.kind) == ("acme/board.md", EventKind.ACL)
-    assert event.payload == AclPayload(acl=("group:staff",))
-    assert report.errors == ["acme/board.md: cannot read: permission denied"] and report.deletes_skipped
+    assert event.payload == AclPayload(acl=()), "only the readers both ACLs admit: nobody"
+    assert report.errors == ["acme/board.md: cannot read: permission denied"] and not report.complete
+    report, events = await harness.run(Unreadable(drive))
+    assert events == [] and len(report.errors) == 1, "still unreadable: still nobody, reported again"
     _, events = await harness.run()
-    assert [(e.kind, "Changed." in upsert(e).content) for e in events] == [(EventKind.UPSERT, True)]
+    assert [(e.kind, "Changed." in upsert(e).content, upsert(e).acl) for e in events] == [
+        (EventKind.UPSERT, True, ("group:staff",))
+    ]
+
+
+async def test_a_widened_acl_on_unchanged_content_is_applied_in_the_listing_pass(harness: Harness, drive: Path) -> None:
+    await harness.run()
+    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')  # board.md: staff
+    report, events = await harness.run()
+    assert [(doc_path(e.doc_id), e.payload) for e in events] == [("acme/board.md", AclPayload(acl=("group:staff",)))]
+    assert (report.acl_changes, report.upserts) == (1, 0)
 
 
 # ------------------------------------------------------------------ links and the home are never read (issue 8 item 1)

@@ -310,11 +310,15 @@ class PdfText:
 def _open(data: bytes) -> PdfReader:
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
+    except MemoryError:
+        raise
     except Exception as exc:
         raise Unreadable(f"not a readable PDF ({_reason(exc)})") from None
     if reader.is_encrypted:
         try:
             opened = reader.decrypt("")
+        except MemoryError:
+            raise
         except Exception as exc:
             raise Unreadable(f"encrypted PDF that cannot be opened ({_reason(exc)})") from None
         if opened == PasswordType.NOT_DECRYPTED:
@@ -335,7 +339,7 @@ def extract_pdf(data: bytes) -> PdfText:
         lines = [line for number, page in enumerate(reader.pages, 1) for line in _page_lines(page, number)]
         bookmarks = _outline(reader)
         meta_title = reader.metadata.title if reader.metadata is not None else None
-    except Unreadable:
+    except (Unreadable, MemoryError):  # out of memory is the reader's budget, not the file's fault
         raise
     except Exception as exc:
         raise Unreadable(f"not a readable PDF ({_reason(exc)})") from None

@@ -157,7 +157,7 @@ def extract_docx(data: bytes) -> DocxText:
         core_title = document.core_properties.title
         kinds = [_heading(p) if isinstance(p, DocxParagraph) else None for p in items]
         blocks = _blocks(items, kinds)
-    except Unreadable:
+    except (Unreadable, MemoryError):  # out of memory is the reader's budget, not the file's fault
         raise
     except Exception as exc:
         raise Unreadable(f"not a readable DOCX ({_reason(exc)})") from None

@@ -23,6 +23,7 @@ def anchor_pieces(pieces: list[Piece]) -> list[Chunk]:
     """`<section slug>-<ordinal>`; the ordinal is digits only, so unique section slugs make unique anchors."""
     slugs: dict[int, str] = {}
     used: set[str] = set()
+    tried: dict[str, int] = {}  # base slug -> the last suffix taken: 100k sections named "A" stay linear
     ordinals: dict[int, int] = {}
     chunks: list[Chunk] = []
     for piece in pieces:
@@ -32,10 +33,13 @@ def anchor_pieces(pieces: list[Piece]) -> list[Chunk]:
         slug = slugs.get(piece.heading_id)
         if slug is None:
             base = slug = _slug(piece.heading_path)
-            n = 1
+            n = tried.get(base, 1)
+            if n > 1:
+                slug = f"{base}-{n}"
             while slug in used:
                 n += 1
                 slug = f"{base}-{n}"
+            tried[base] = n
             used.add(slug)
             slugs[piece.heading_id] = slug
         ordinals[piece.heading_id] = ordinal = ordinals.get(piece.heading_id, 0) + 1

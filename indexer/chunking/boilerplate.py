@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from indexer.chunking.openstack import OpenStack
 from indexer.text import html_for_parser
 
 _VOID = frozenset(
@@ -89,6 +90,7 @@ _CREDIT = re.compile(
     re.IGNORECASE,
 )
 _CREDIT_MAX_WORDS = 40
+_HEAD = 80  # how much of an element's text the credit rule looks at (kept per element: bounded)
 PERMALINK = re.compile(
     r"""<a\b(?=[^<>]*?\bhref\s*=\s*["']#[^"'<>]*["'])[^<>]*+>\s*(?:¶|#|§|🔗|&para;|&#182;|&sect;|&#167;)?\s*</a\s*>""",
     re.IGNORECASE,
@@ -119,6 +121,7 @@ class _Node:
     headings: int = 0
     pre: int = 0
     head: str = ""  # the first ~80 characters of the element's text
+    in_cell: bool = False  # inside a table cell (td, th), at any depth
 
     @property
     def tokens(self) -> set[str]:
@@ -138,7 +141,8 @@ class _Outline(HTMLParser):
         for match in re.finditer("\n", content):
             self._lines.append(match.end())
         self.root = _Node("#root", {}, 0, 0, None)
-        self._stack: list[_Node] = [self.root]
+        self._stack: OpenStack[_Node] = OpenStack()
+        self._stack.push(self.root.tag, self.root)
         self._raw = 0
         self._in_link = False
 
@@ -158,8 +162,8 @@ class _Outline(HTMLParser):
             parent.links += node.links
             parent.headings += node.headings + (1 if node.tag in _HEADINGS and node.words else 0)
             parent.pre += node.pre + (1 if node.tag == "pre" else 0)
-            if len(parent.head) < 80:
-                parent.head = (parent.head + " " + node.head).strip()
+            if len(parent.head) < _HEAD:
+                parent.head = (parent.head + " " + node.head).strip()[:_HEAD]
 
     def _pop_to(self, index: int, end: int) -> None:
         while len(self._stack) > index:
@@ -172,13 +176,9 @@ class _Outline(HTMLParser):
         if tag in _IMPLIED:
             rules.append(_IMPLIED[tag])
         for names, scope in rules:
-            for idx in range(len(self._stack) - 1, 0, -1):
-                open_tag = self._stack[idx].tag
-                if open_tag in names:
-                    self._pop_to(idx, at)
-                    break
-                if open_tag in scope:
-                    break
+            idx = self._stack.in_scope(names, scope)
+            if idx > 0:
+                self._pop_to(idx, at)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         start = self._offset()
@@ -186,10 +186,11 @@ class _Outline(HTMLParser):
         if tag in _VOID:
             return
         self._implied(tag, start)
-        parent = self._stack[-1]
+        parent = self._stack.top()
         node = _Node(tag, {k: v or "" for k, v in attrs}, start, start + len(text), parent)
+        node.in_cell = parent.in_cell or parent.tag in ("td", "th")
         parent.children.append(node)
-        self._stack.append(node)
+        self._stack.push(tag, node)
         if tag in _RAW:
             self._raw += 1
 
@@ -203,16 +204,15 @@ class _Outline(HTMLParser):
         at = self._offset()
         close = self.content.find(">", at)
         end = close + 1 if close >= 0 else len(self.content)
-        for idx in range(len(self._stack) - 1, 0, -1):
-            if self._stack[idx].tag == tag:
-                self._pop_to(idx + 1, at)
-                self._close(self._stack.pop(), end, at)
-                return
+        idx = self._stack.nearest((tag,))
+        if idx > 0:
+            self._pop_to(idx + 1, at)
+            self._close(self._stack.pop(), end, at)
 
     def handle_data(self, data: str) -> None:
         if self._raw:
             return
-        node = self._stack[-1]
+        node = self._stack.top()
         if _LINK_OPEN in data or _LINK_CLOSE in data or self._in_link:
             for piece in _LINK_MARKS.split(data):
                 if piece == _LINK_OPEN:
@@ -225,8 +225,8 @@ class _Outline(HTMLParser):
             data = _LINK_MARKS.sub(" ", data)
         words = len(_WORDS.findall(data))
         node.words += words
-        if len(node.head) < 80 and not data.isspace():
-            node.head = (node.head + " " + " ".join(data.split())).strip()
+        if len(node.head) < _HEAD and not data.isspace():
+            node.head = (node.head + " " + " ".join(data.split(None, _HEAD)[:_HEAD])).strip()[:_HEAD]
 
     def finish(self) -> _Node:
         self.close()
@@ -274,21 +274,12 @@ def _link_dense(node: _Node) -> bool:
     return (
         node.tag in _LINK_DENSE_TAGS
         and not (node.tag == "table" and _has_header(node))
-        and not _in_cell(node)
+        and not node.in_cell
         and node.links >= 2
         and not node.headings
         and not node.pre
         and node.link_words >= _LINK_DENSITY * max(node.words, 1)
     )
-
-
-def _in_cell(node: _Node) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent.tag in ("td", "th"):
-            return True
-        parent = parent.parent
-    return False
 
 
 def _has_header(table: _Node) -> bool:

@@ -73,6 +73,7 @@ def _read(content: str, delimiter: str) -> list[Unit]:
     records = _records(content, delimiter)
     header: list[str] | None = None
     group = b.new_group()
+    heads: dict[int, str] = {}  # the header line per row width, made once: every row shares it
     for number, record in enumerate(records, 1):
         cells = [collapse(cell) for cell in record]
         if not any(cells):
@@ -81,10 +82,12 @@ def _read(content: str, delimiter: str) -> list[Unit]:
             header = cells
             continue
         width = max(len(header), len(cells))
-        head = header + [""] * (width - len(header))
         row = cells + [""] * (width - len(cells))
         unit = b.unit("row", [(row_line(row), False)], group=group, locus=Locus("row", number, number))
-        unit.prefix.append(row_line(head))
+        head = heads.get(width)
+        if head is None:
+            head = heads[width] = row_line(header + [""] * (width - len(header)))
+        unit.prefix.append(head)
     if header is not None and not b.units:
         b.unit("row", group=group, locus=Locus("row", 1, 1)).prefix.append(row_line(header))
     return b.units

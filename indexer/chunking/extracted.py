@@ -7,7 +7,7 @@ anchored and cited alike. Pages travel on each unit as a `Locus`, and survive me
 
 from __future__ import annotations
 
-from indexer.chunking.units import Locus, Unit, UnitBuilder, collapse, row_line
+from indexer.chunking.units import MAX_PREFIX_LINES, Locus, Unit, UnitBuilder, collapse, row_line
 from schemas.extracted import ExtractedDocument, Heading, ListItem, Paragraph, Table
 
 
@@ -47,8 +47,9 @@ def read_extracted(document: ExtractedDocument) -> list[Unit]:
 def _table(b: UnitBuilder, table: Table) -> None:
     """One unit per body row, the header rows repeated on each (as for Markdown and HTML tables)."""
     rows = [[collapse(cell) for cell in row] for row in table.rows]
-    header = [row_line(r) for r in rows[: table.header_rows] if any(r)]
-    body = [r for r in rows[table.header_rows :] if any(r)]
+    header_rows = min(table.header_rows, MAX_PREFIX_LINES)  # repeated on every row: a few lines at most
+    header = [row_line(r) for r in rows[:header_rows] if any(r)]
+    body = [r for r in rows[header_rows:] if any(r)]
     if not header and not body:
         return
     group = b.new_group()

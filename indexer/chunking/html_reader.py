@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from indexer.chunking.boilerplate import PERMALINK, main_content
-from indexer.chunking.units import HeadingState, Kind, Unit, UnitBuilder, collapse, row_line
+from indexer.chunking.openstack import OpenStack
+from indexer.chunking.units import (
+    MAX_INDENT_LEVELS,
+    MAX_PREFIX_LINES,
+    HeadingState,
+    Kind,
+    Unit,
+    UnitBuilder,
+    collapse,
+    row_line,
+)
 from indexer.text import html_for_parser
 
 # Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
@@ -118,10 +128,11 @@ class _HtmlReader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.b = UnitBuilder()
-        self._stack: list[_Open] = []
+        self._stack: OpenStack[_Open] = OpenStack()
         self._skip = 0
         self._units: list[_OpenUnit] = []
         self._lists: list[_ListCtx] = []
+        self._owned_lists: dict[int, int] = {}  # id(unit) -> open lists inside it (its items' indentation)
         self._dls: list[_DlCtx] = []
         self._tables: list[_TableCtx] = []
         self._cell: list[str] | None = None
@@ -163,14 +174,9 @@ class _HtmlReader(HTMLParser):
             self._close_nearest(("thead", "tbody", "tfoot"), frozenset({"table"}))
 
     def _close_nearest(self, tags: str | tuple[str, ...], scope: frozenset[str]) -> None:
-        names = (tags,) if isinstance(tags, str) else tags
-        for idx in range(len(self._stack) - 1, -1, -1):
-            tag = self._stack[idx].tag
-            if tag in names:
-                self._pop_to(idx)
-                return
-            if tag in scope:
-                return
+        idx = self._stack.in_scope((tags,) if isinstance(tags, str) else tags, scope)
+        if idx >= 0:
+            self._pop_to(idx)
 
     def _pop_to(self, idx: int) -> None:
         while len(self._stack) > idx:
@@ -185,7 +191,7 @@ class _HtmlReader(HTMLParser):
             return
         self._implied_close(tag)
         el = _Open(tag)
-        self._stack.append(el)
+        self._stack.push(tag, el)
         if self._skip:
             return
         a = dict(attrs)
@@ -202,10 +208,9 @@ class _HtmlReader(HTMLParser):
             self.handle_endtag(tag)
 
     def handle_endtag(self, tag: str) -> None:
-        for idx in range(len(self._stack) - 1, -1, -1):
-            if self._stack[idx].tag == tag:
-                self._pop_to(idx)
-                return
+        idx = self._stack.nearest((tag,))
+        if idx >= 0:
+            self._pop_to(idx)
 
     def handle_data(self, data: str) -> None:
         if self._skip:
@@ -273,6 +278,8 @@ class _HtmlReader(HTMLParser):
             owner = self._units[-1] if self._units else None
             self._break()
             self._lists.append(_ListCtx(self.b.new_group(), tag == "ol", owner))
+            if owner is not None:
+                self._owned_lists[id(owner)] = self._owned_lists.get(id(owner), 0) + 1
         elif tag == "li":
             ctx = self._lists[-1] if self._lists else None
             if ctx is not None:
@@ -280,8 +287,9 @@ class _HtmlReader(HTMLParser):
             marker = f"{ctx.number}. " if ctx is not None and ctx.ordered else ""
             if self._units:
                 self._break()
-                depth = sum(1 for lc in self._lists if lc.owner is not None and lc.owner is self._units[-1])
-                self._units[-1].marker = "  " * max(depth - 1, 0) + (marker or "- ")
+                depth = self._owned_lists.get(id(self._units[-1]), 0)
+                indent = "  " * min(max(depth - 1, 0), MAX_INDENT_LEVELS)  # 20k nested lists: not 20k-space markers
+                self._units[-1].marker = indent + (marker or "- ")
                 el.part_break = True
             else:
                 el.unit = True
@@ -337,8 +345,8 @@ class _HtmlReader(HTMLParser):
                 return
             if ctx.current is None or ctx.last != "dt":
                 ou = self._open_unit("def", ctx.group)
-                if nested and ctx.outer is not None:
-                    ou.unit.prefix.extend(ctx.outer.unit.prefix)
+                if nested and ctx.outer is not None:  # the nearest enclosing terms: 100k nested dls copy no more
+                    ou.unit.prefix.extend(ctx.outer.unit.prefix[-(MAX_PREFIX_LINES - 1) :])
                 ctx.current = ou
             else:
                 self._units.append(ctx.current)
@@ -392,7 +400,9 @@ class _HtmlReader(HTMLParser):
         if el.part_break or el.list_ or el.dl:
             self._break()
         if el.list_:
-            self._lists.pop()
+            owner = self._lists.pop().owner
+            if owner is not None:
+                self._owned_lists[id(owner)] -= 1
         if el.dl:
             self._dls.pop()
         if el.section is not None:
@@ -404,7 +414,8 @@ class _HtmlReader(HTMLParser):
             return
         if not any(row):
             return
-        if table.in_head or (not table.header and table.body_rows == 0 and table.row_all_th):
+        header_row = table.in_head or (not table.header and table.body_rows == 0 and table.row_all_th)
+        if header_row and len(table.header) < MAX_PREFIX_LINES:  # repeated on every row: a few lines at most
             table.header.append(row_line(row))
             return
         table.body_rows += 1

@@ -9,6 +9,12 @@ author's characters) and a problem in the markup never halts: docutils' own mess
 The title docutils promotes from a lone top section is heading level 1, sections below it follow;
 `docinfo` (the field list at the top: `:author:`, `:effective_from:`) is metadata, read by
 `rst_metadata`, not passages. Generated tables of contents (`.. contents::`) are navigation, dropped.
+
+Bounds (issue 18): docutils copies every indented block once per level it is nested in, so a
+document whose text times its nesting depth passes MAX_NESTING_COST is refused before docutils sees
+it (`nesting_cost`). Its cost is not linear on every other input either (a grid table a thousand
+columns wide is quadratic), so outside tests it only runs in a child process within a budget:
+connectors.extract at scan time, indexer.chunker.IsolatedChunker in the indexer.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 from docutils import nodes
 from docutils.core import publish_doctree
 
-from indexer.chunking.units import Kind, Unit, UnitBuilder, collapse, row_line
+from indexer.chunking.units import MAX_PREFIX_LINES, Kind, Unchunkable, Unit, UnitBuilder, collapse, row_line
 
 _SETTINGS: dict[str, Any] = {
     "file_insertion_enabled": False,
@@ -53,13 +59,48 @@ _SKIP = (
 )
 
 
+MAX_NESTING_COST = 64 * 1024 * 1024
+"""Bound on `nesting_cost`: docutils holds about two bytes per unit of it (measured), so 128 MiB."""
+
+
+def nesting_cost(text: str) -> int:
+    """Characters times their nesting depth, the depth being the number of indentation levels open
+    (as Python's tokenizer counts them). docutils copies each indented block once per level it is
+    nested in, so this is what parsing costs: 2,000 list levels in 3.9 MB reached 1.24 GB before
+    docutils gave up (issue 18). Linear, and never more than the parse it stands for."""
+    levels = [0]
+    cost = 0
+    for line in text.split("\n"):
+        body = line.lstrip(" \t")
+        if not body:
+            continue
+        indent = len(line) - len(body)
+        if "\t" in line[:indent]:
+            indent = len(line[:indent].expandtabs(8))  # as docutils reads tabs
+        while indent < levels[-1]:
+            levels.pop()
+        if indent > levels[-1]:
+            levels.append(indent)
+        cost += len(line) * len(levels)
+    return cost
+
+
 def parse_rst(text: str) -> nodes.document:
-    """The doctree, never halting on markup errors. Other exceptions are docutils bugs on odd input."""
+    """The doctree, never halting on markup errors. Other exceptions are docutils bugs on odd input.
+
+    Unchunkable for a document nested too deeply to parse within bounds (before docutils starts).
+    """
+    cost = nesting_cost(text)
+    if cost > MAX_NESTING_COST:
+        raise Unchunkable(
+            f"reStructuredText nested too deeply to read ({cost} characters times indentation levels,"
+            f" limit {MAX_NESTING_COST})"
+        )
     settings = dict(_SETTINGS, warning_stream=io.StringIO())
     try:
         return publish_doctree(text, settings_overrides=settings)
     except RecursionError:  # docutils recurses once per nested block (1000 indented quotes)
-        raise ValueError("reStructuredText nested too deeply to read") from None
+        raise Unchunkable("reStructuredText nested too deeply to read") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +234,7 @@ class _Reader:
                     cells = [_text(entry) for entry in row.children if isinstance(entry, nodes.entry)]
                     if any(cells):
                         target.append(row_line(cells))
+        header, body = header[:MAX_PREFIX_LINES], header[MAX_PREFIX_LINES:] + body  # repeated on every row
         for line in body or [""]:
             unit = self.b.unit("row", [(line, False)] if line else [], group=group)
             unit.prefix.extend(header)
@@ -243,4 +285,4 @@ def read_rst(content: str, title: str = "") -> list[Unit]:
     try:
         return _Reader().read(document)
     except RecursionError:  # not reached in practice: docutils gives up on a shallower nesting
-        raise ValueError("reStructuredText nested too deeply to read") from None
+        raise Unchunkable("reStructuredText nested too deeply to read") from None

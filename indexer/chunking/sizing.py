@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from indexer.chunking.sentences import pack, split_part
-from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unit, span
+from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unchunkable, Unit, span
 
 _LEAD_IN_MAX_FRACTION = 4
 
@@ -33,8 +33,16 @@ def apply_lead_ins(units: list[Unit], max_chars: int) -> list[Unit]:
     return out
 
 
-def size(units: list[Unit], max_chars: int) -> list[Piece]:
+def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Piece]:
+    """Pieces of at most max_chars; Unchunkable once their text passes `limit` characters.
+
+    A unit's prefix (a table's header, a lead-in) is repeated on each of its pieces and a header on
+    every row, so the passages can hold many times the document's text: 10 MB of one-character CSV
+    rows under a 300-character header would make 1.5 GB of them. `limit` stops that as it happens,
+    holding at most one unit past it in memory.
+    """
     pieces: list[Piece] = []
+    total = 0
     for unit in units:
         parts = [(t, code) for t, code in unit.parts if t.strip()]
         prefix = "\n".join(p for p in unit.prefix if p)
@@ -53,6 +61,11 @@ def size(units: list[Unit], max_chars: int) -> list[Piece]:
         for text in texts:
             if text.strip():
                 pieces.append(Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text, unit.locus))
+                total += len(text)
+        if limit is not None and total > limit:
+            raise Unchunkable(
+                f"its passages would hold over {limit} characters (headers or terms repeated on every row or item)"
+            )
     return pieces
 
 

@@ -53,6 +53,18 @@ class Chunk:
     locus: Locus | None = None  # the page(s) or row it comes from, for formats that number them
 
 
+class Unchunkable(ValueError):
+    """The document's content cannot be made into passages within bounds (nested too deeply, or its
+    passages would repeat its headers to many times its size): that document's error, never a worker's."""
+
+
+MAX_PREFIX_LINES = 8
+"""Lines a reader repeats on every unit of a group (table header rows, enclosing definition terms): a
+table with 10,000 header rows would otherwise copy all of them onto each of its 10,000 rows."""
+
+MAX_INDENT_LEVELS = 16
+"""How deep a nested list item's marker is indented in its passage; deeper items are shown at this depth."""
+
 Kind = Literal["para", "code", "item", "row", "def"]
 MERGEABLE: frozenset[str] = frozenset({"para", "code"})
 LEAD_TARGETS: frozenset[str] = frozenset({"item", "row"})
