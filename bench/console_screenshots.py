@@ -45,11 +45,11 @@ def main() -> int:
         build_drive(drive)
         env = environment(Path(tmp) / "home")
         with Serve(env) as serve:
-            cli(env, "sync", str(drive), "--json")
+            cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
             (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-            cli(env, "sync", str(drive), "--json")
+            cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
             (drive / "acme/hr/salaries.md").unlink()
-            cli(env, "sync", str(drive), "--json")
+            cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
             serve.wait_drained()
             key = json.loads((serve.home / "operator.key").read_text())["key"]
             driver = chromium(1280, 1100)

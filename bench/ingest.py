@@ -194,7 +194,7 @@ def pipeline(
     components, recorder = components_for(home, model, shared, record)
     started, cpu = time.perf_counter(), cpu_s()
     try:
-        report = sync_folder(components, corpus, force=force)
+        report = sync_folder(components, corpus, tenants=["acme"], force=force)
     finally:
         components.close()
     elapsed = time.perf_counter() - started
@@ -234,7 +234,7 @@ out = {}
 for phase, force in (("first_sync_vectors_cached_s", False), ("resync_s", True)):
     components = build_embedded(settings)
     started = time.perf_counter()
-    sync_folder(components, corpus, force=force)
+    sync_folder(components, corpus, tenants=["acme"], force=force)
     out[phase] = time.perf_counter() - started
     components.close()
 print(json.dumps(out))

@@ -202,11 +202,11 @@ def main() -> None:
             return body
 
         try:
-            synced, _ = cli(env, "sync", str(vault), "--json")
+            synced, _ = cli(env, "sync", str(vault), "--tenant", "acme", "--json")
             assert synced["applied"] == args.revocations, synced
             answerable = sum(cites(ask(i), f"v{i:03d}/code.md") for i in range(args.revocations))
             started = time.perf_counter()
-            published, publish_s = cli(env, "sync", str(bulk), "--json", "--no-wait")
+            published, publish_s = cli(env, "sync", str(bulk), "--tenant", "acme", "--json", "--no-wait")
             assert published["upserts"] == args.backlog, published
 
             latencies: list[float] = []
@@ -235,7 +235,7 @@ def main() -> None:
                 (vault / f"v{i:03d}/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:vault-admins"]\n')
                 poller = threading.Thread(target=poll)
                 poller.start()
-                revoked, seconds = cli(env, "sync", str(vault), "--json")
+                revoked, seconds = cli(env, "sync", str(vault), "--tenant", "acme", "--json")
                 assert revoked["acl_changes"] == 1 and revoked["applied"] == 1, revoked
                 sync_seconds.append(seconds)
                 poller.join(60)

@@ -9,10 +9,13 @@ Access comes from `.ragsync-acl.toml` manifests:
     [files."salaries.md"]          # relative to this manifest's folder
     read = ["group:hr", "user:ceo"]
 
-Manifest semantics live in connectors.access (shared with the git wiki): nearest manifest wins,
-tenant switches stop read inheritance, and whatever cannot be resolved fails closed: no tenant
-means the file is not emitted (reported); a broken manifest, or a `[files]` key that matches no
-document, locks every document below it (readable by nobody until fixed); `read = []` means nobody.
+Manifest semantics live in connectors.access (shared with the git wiki): a manifest only narrows
+what the manifests above it grant (a folder that needs more is granted it by its parent's manifest,
+`[folders."hr"]`), a manifest may name only a tenant the source declares (`tenants`) and never
+another tenant than the one above it, and whatever cannot be resolved fails closed: a broken
+manifest, a widening, an undeclared or switched tenant, or a `[files]` key that matches no document
+locks every document below its folder (readable by nobody until fixed, reported); a file under no
+tenant is locked and reported; `read = []` means nobody.
 
 Never read (issue 8 item 1):
 - Links. A symlink, to a file or a folder, is not a document: it is skipped and reported, and a file
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -41,11 +44,14 @@ from urllib.parse import quote
 from connectors.access import (
     MANIFEST_NAME,
     TENANT_PATTERN,
+    Access,
     Chain,
     FileRule,
     Manifest,
+    check_tenants,
     format_validation_error,
     manifest_chain,
+    manifest_lookalike,
     parse_manifest,
     resolve_access,
     resolve_tree,
@@ -167,6 +173,12 @@ def _walk(root: Path, home_inodes: frozenset[tuple[int, int]], max_bytes: int) -
                     tree.errors.append(str(exc))
                     tree.broken[rel] = str(exc)
                 continue
+            if manifest_lookalike(entry.name):
+                problem = f"{entry.path}: not read as an ACL manifest: the name must be exactly {MANIFEST_NAME}"
+                tree.errors.append(problem)
+                tree.broken[rel] = problem
+                tree.where.setdefault(rel, entry.path)
+                continue
             if entry.name.startswith("."):
                 continue
             try:
@@ -206,14 +218,16 @@ def _inodes(folders: Sequence[Path]) -> frozenset[tuple[int, int]]:
 
 
 class DriveConnector:
-    """`refuse`: folders never read (the ragsync home); `url_base`: where users open the files
-    (else the root manifest's `url_base`, else the path relative to the root)."""
+    """`tenants`: the only tenants its manifests may name (declared by whoever configures the source,
+    never by a file in it); `refuse`: folders never read (the ragsync home); `url_base`: where users
+    open the files (else the root manifest's `url_base`, else the path relative to the root)."""
 
     def __init__(
         self,
         root: Path,
         name: str | None = None,
         *,
+        tenants: Collection[str],
         refuse: Sequence[Path] = (),
         url_base: str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
@@ -224,6 +238,7 @@ class DriveConnector:
         if not valid_source_name(self.name):
             raise ValueError(f"invalid source name {self.name!r} (expected {SOURCE_NAME_PATTERN})")
         self.location = f"drive:{self.root}"
+        self.tenants = check_tenants(tenants)
         self.refuse = tuple(Path(p).resolve() for p in refuse)
         self.url_base = url_base
         self.max_bytes = max_bytes
@@ -262,7 +277,7 @@ class DriveConnector:
         self._errors.extend(tree.errors)
         self._skipped.extend(tree.skipped)
         access, errors, self.locked_folders = resolve_tree(
-            tree.manifests, tree.broken, [f.rel for f in tree.files], tree.where
+            tree.manifests, tree.broken, [f.rel for f in tree.files], tree.where, self.tenants
         )
         self._errors.extend(errors)
         root_manifest = tree.manifests.get("")
@@ -270,8 +285,9 @@ class DriveConnector:
         for file in tree.files:
             granted = access[file.rel]
             if granted.tenant is None and not granted.locked:
+                # Locked, not skipped: a copy indexed under a tenant before must not keep its readers.
                 self._errors.append(f"{file.path}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`")
-                continue
+                granted = Access(None, (), locked=True)
             yield SourceDocument(
                 doc_id=file.rel,
                 tenant=granted.tenant or "",

@@ -1,6 +1,6 @@
 """A git-backed wiki as a source: the tree at a ref is the listing, blob SHAs are the fingerprints.
 
-    ragsync sync --git /srv/wiki.git --ref main
+    ragsync sync --git /srv/wiki.git --ref main --tenant acme
 
 Everything is read from the object database, never from a work tree, so a bare mirror works and
 uncommitted edits are invisible: what is indexed is exactly what was committed at the ref. One
@@ -11,9 +11,10 @@ commit once per listing, so the listing, the manifests and every fetch describe 
 even if the branch moves during a scan.
 
 Access comes from `.ragsync-acl.toml` manifests committed in the tree, with exactly the drive
-connector's semantics (connectors.drive: nearest manifest wins, tenant switches stop read
-inheritance, hidden files and folders are ignored, no tenant fails closed and is reported, a broken
-manifest or a `[files]` key matching no page locks the pages below it: readable by nobody).
+connector's semantics (connectors.access: manifests only narrow what is above them, only declared
+`tenants` and never a switch of tenant, hidden files and folders are ignored, a page under no
+tenant is locked and reported, a broken, widening or misnamed manifest or a `[files]` key matching
+no page locks the pages below it: readable by nobody).
 `subdir` is the root, like the drive connector's folder: doc IDs are relative to it
 and manifests above it do not apply.
 
@@ -38,12 +39,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
-from connectors.access import MANIFEST_NAME, Manifest, parse_manifest, resolve_tree
+from connectors.access import (
+    MANIFEST_NAME,
+    Access,
+    Manifest,
+    check_tenants,
+    manifest_lookalike,
+    parse_manifest,
+    resolve_tree,
+)
 from connectors.base import Skipped, SourceDocument
 from connectors.drive import EXTENSIONS
 from schemas.events import SOURCE_NAME_PATTERN, source_name_from, valid_source_name
@@ -61,6 +70,11 @@ _GIT_ENV = {
     "GIT_OPTIONAL_LOCKS": "0",
     "LC_ALL": "C",  # stable error messages
 }
+
+
+def _is_manifest(name: str) -> bool:
+    """The manifest, or a name almost like it (a broken manifest: connectors.access.manifest_lookalike)."""
+    return name == MANIFEST_NAME or manifest_lookalike(name)
 
 
 def _is_page(name: str) -> bool:
@@ -86,6 +100,7 @@ class _Entry:
 class GitWikiConnector:
     """Pages of a git tree at `ref` (under `subdir`), with access from committed manifests.
 
+    `tenants` are the only tenants its manifests may name (declared by whoever configures the source).
     `url_template` makes `source_url` point where readers can open the page, e.g.
     "https://wiki.example/{doc_id}"; placeholders: {repo} {ref} {commit} {path} {doc_id}, each
     percent-encoded (slashes kept).
@@ -95,6 +110,7 @@ class GitWikiConnector:
         self,
         repo: Path,
         *,
+        tenants: Collection[str],
         ref: str = "HEAD",
         subdir: str = "",
         name: str | None = None,
@@ -120,6 +136,7 @@ class GitWikiConnector:
         if not valid_source_name(self.name):
             raise ValueError(f"invalid source name {self.name!r} (expected {SOURCE_NAME_PATTERN})")
         self.location = f"git:{self.repo}:{self.subdir}"
+        self.tenants = check_tenants(tenants)
         self._errors: list[str] = []
         self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
         self._skipped: list[Skipped] = []
@@ -141,11 +158,10 @@ class GitWikiConnector:
             self._errors.append(str(exc))
             return
         manifests, broken, where = await self._manifests(entries)
-        pages = sorted(
-            (e for e in entries if e.rel.rsplit("/", 1)[-1] != MANIFEST_NAME),
-            key=lambda e: e.rel,
+        pages = sorted((e for e in entries if not _is_manifest(e.rel.rsplit("/", 1)[-1])), key=lambda e: e.rel)
+        access, errors, self.locked_folders = resolve_tree(
+            manifests, broken, [e.rel for e in pages], where, self.tenants
         )
-        access, errors, self.locked_folders = resolve_tree(manifests, broken, [e.rel for e in pages], where)
         self._errors.extend(errors)
         for entry in pages:
             granted = access[entry.rel]
@@ -153,7 +169,7 @@ class GitWikiConnector:
                 self._errors.append(
                     f"{self._where(entry.path)}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`"
                 )
-                continue
+                granted = Access(None, (), locked=True)  # a copy indexed before must not keep its readers
             yield SourceDocument(
                 doc_id=entry.rel,
                 tenant=granted.tenant or "",
@@ -214,8 +230,8 @@ class GitWikiConnector:
             *folders, name = rel.split("/")
             if any(part.startswith(".") for part in folders):
                 continue  # hidden folders are not walked, as on a drive (their manifests neither)
-            # Manifests of any mode are kept so a symlinked one is reported, not silently ignored.
-            if name == MANIFEST_NAME or (_is_page(name) and mode in _REGULAR_MODES):
+            # Manifests of any mode (and names almost like one) are kept so they are reported, not ignored.
+            if _is_manifest(name) or (_is_page(name) and mode in _REGULAR_MODES):
                 entries.append(_Entry(path, rel, mode, sha.decode()))
             elif name.startswith("."):
                 continue
@@ -233,20 +249,25 @@ class GitWikiConnector:
         broken: dict[str, str] = {}
         where: dict[str, str] = {}
         for entry in entries:
-            if entry.rel.rsplit("/", 1)[-1] != MANIFEST_NAME:
+            name = entry.rel.rsplit("/", 1)[-1]
+            if not _is_manifest(name):
                 continue
             folder = entry.rel.rpartition("/")[0]
-            where[folder] = self._where(entry.path)
+            here = self._where(entry.path)
+            if name == MANIFEST_NAME:
+                where[folder] = here
+            else:
+                where.setdefault(folder, here)
             try:
+                if name != MANIFEST_NAME:
+                    raise ValueError(f"{here}: not read as an ACL manifest: the name must be exactly {MANIFEST_NAME}")
                 if entry.mode not in _REGULAR_MODES:
-                    raise ValueError(
-                        f"{where[folder]}: invalid ACL manifest: not a regular file (symlinks are not followed)"
-                    )
+                    raise ValueError(f"{here}: invalid ACL manifest: not a regular file (symlinks are not followed)")
                 try:
                     data = await self._git("cat-file", "blob", entry.sha)
                 except GitError as exc:
-                    raise ValueError(f"{where[folder]}: cannot read ACL manifest: {exc}") from None
-                manifests[folder] = parse_manifest(data, where[folder])
+                    raise ValueError(f"{here}: cannot read ACL manifest: {exc}") from None
+                manifests[folder] = parse_manifest(data, here)
             except ValueError as exc:
                 self._errors.append(str(exc))
                 broken[folder] = str(exc)

@@ -60,7 +60,7 @@ def main(ctx: click.Context, profile: str | None, home: Path | None, verbose: in
     \b
     Quick start:
       ragsync demo                         # the whole job on a sample drive, no servers
-      ragsync sync ./docs                  # index a folder (.ragsync-acl.toml manifests give tenant and ACL)
+      ragsync sync ./docs --tenant acme    # index a folder (.ragsync-acl.toml manifests give tenant and ACL)
       ragsync token issue --tenant acme --user ann --groups staff
       ragsync ask "What is the refund window?" --token <token>
       ragsync serve                        # the HTTP API (docs at /docs) and operator metrics

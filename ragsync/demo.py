@@ -2,7 +2,8 @@
 
 Two tenants, a versioned policy, a restricted document; then an answer with sources, a tenant
 that sees its own facts, an abstention, an as-of question answered by the old version, a
-revocation taking effect, and a deletion with its audit record. Exit status 1 if any step
+revocation taking effect, a manifest that tries to widen its folder and is locked instead, and a
+deletion with its audit record. Exit status 1 if any step
 did not behave as narrated, so the demo doubles as a smoke test.
 """
 
@@ -68,13 +69,24 @@ Customers may request a refund within 14 days of delivery, with the receipt.
 
 SOURCE = "drive"
 """The sample drive's source name: its documents are known as drive:<path relative to the drive>."""
+TENANTS = ("acme", "globex")
+"""The tenants the sample drive is declared to hold (`ragsync sync --tenant`): no manifest may name another."""
+ACME_MANIFEST = """\
+tenant = "acme"
+read = ["group:staff"]
+
+# HR's folder needs readers acme's read does not grant: they are granted here, by the parent;
+# acme/hr/.ragsync-acl.toml may only narrow them.
+[folders."hr"]
+read = ["group:hr", "group:hr-leads"]
+"""
 REFUNDS = qualify_doc_id(SOURCE, "acme/policies/refunds.md")
 SALARIES_ID = qualify_doc_id(SOURCE, "acme/hr/salaries.md")
 
 
 def build_drive(root: Path) -> None:
     files = {
-        "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n',
+        "acme/.ragsync-acl.toml": ACME_MANIFEST,
         "acme/policies/refunds.md": REFUNDS_V1,
         "acme/handbook/onboarding.html": ONBOARDING,
         "acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\n',
@@ -132,11 +144,13 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     def sync(label: str) -> None:
         components = build(settings)
         try:
-            report = sync_folder(components, drive, SOURCE)
+            report = sync_folder(components, drive, SOURCE, tenants=TENANTS)
         finally:
             components.close()
         s = report.scan
         stats = report.stats
+        for problem in s.errors:
+            n.say(f"error: {problem}")
         n.say(
             f"{label}: {s.upserts} upserts, {s.acl_changes} ACL changes, {s.deletes} deletes, "
             f"{s.unchanged} unchanged; {stats.passages_written if stats else 0} passages written, "
@@ -195,6 +209,20 @@ def run_demo(directory: Path | None, base: Settings) -> int:
     r = ask(hal, salary_q)
     n.show("hal", salary_q, r)
     n.expect(not r.answered, "hal no longer gets an answer")
+
+    n.title("A manifest cannot widen: HR's folder tries to let all staff read, and is locked instead")
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:staff"]\n')
+    components = build(settings)
+    try:
+        report = sync_folder(components, drive, SOURCE, tenants=TENANTS)
+    finally:
+        components.close()
+    for problem in report.scan.errors:
+        n.say(f"reported: {problem}")
+    r = ask(ann, salary_q)
+    n.show("ann", salary_q, r)
+    n.expect(not r.answered and report.scan.locked == 1, "ann (staff) still gets nothing: the folder is locked")
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
 
     n.title("Deletion: the salary document is removed at the source")
     (drive / "acme/hr/salaries.md").unlink()

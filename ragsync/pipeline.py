@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,6 +266,10 @@ def sync_source(
     return SyncReport(published.scan, stats, published.reindexed)
 
 
-def sync_folder(components: Components, root: Path, name: str | None = None, **options: Any) -> SyncReport:
-    """`name` is the drive's source name, the namespace of its doc IDs (default: from the folder's name)."""
-    return sync_source(components, DriveConnector(root, name, refuse=[components.settings.home]), **options)
+def sync_folder(
+    components: Components, root: Path, name: str | None = None, *, tenants: Collection[str], **options: Any
+) -> SyncReport:
+    """`name` is the drive's source name, the namespace of its doc IDs (default: from the folder's name);
+    `tenants` the only tenants its manifests may name."""
+    drive = DriveConnector(root, name, tenants=tenants, refuse=[components.settings.home])
+    return sync_source(components, drive, **options)

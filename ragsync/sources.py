@@ -4,6 +4,7 @@
     name = "handbook"              # the source name: doc IDs are handbook:<path>
     kind = "drive"                 # a folder with .ragsync-acl.toml manifests
     path = "/srv/handbook"
+    tenants = ["acme"]             # the only tenants its manifests may name (required)
     watch = true                   # publish changes as files change (watchdog), debounced
     interval_s = 300               # full reconciliation every 5 minutes
     url_base = "https://intranet.example/handbook/"
@@ -13,7 +14,12 @@
     kind = "git"                   # the wiki committed at `ref`
     path = "/srv/wiki.git"
     ref = "main"
+    tenants = ["acme", "globex"]
     interval_s = 60
+
+`tenants` is declared here, by whoever configures the source, and never taken from a file in it:
+a manifest naming another tenant locks its folder (connectors.access), so a writer of one folder
+cannot move documents into a tenant the source was not meant to feed. Like a webhook's `tenants`.
 
 Two kinds of pass, so that a deletion is only ever decided on complete information:
 - a *change pass* (after the watcher saw files change, debounced) lists the source and publishes
@@ -41,10 +47,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from connectors.access import TENANT_PATTERN
 from schemas.events import SOURCE_NAME_PATTERN
 
 if TYPE_CHECKING:
@@ -66,6 +73,8 @@ class SourceSettings(BaseModel):
     name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
     kind: Literal["drive", "git"] = "drive"
     path: Path
+    tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
+    """The only tenants its manifests may name."""
     ref: str = "HEAD"
     subdir: str = ""
     url_base: str | None = None
@@ -168,8 +177,10 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         if source.url_base is not None:
             escaped = source.url_base.rstrip("/").replace("{", "{{").replace("}", "}}")
             options["url_template"] = escaped + "/{doc_id}"
-        return GitWikiConnector(source.path, ref=source.ref, subdir=source.subdir, name=source.name, **options)
-    return DriveConnector(source.path, source.name, refuse=[home], url_base=source.url_base)
+        return GitWikiConnector(
+            source.path, tenants=source.tenants, ref=source.ref, subdir=source.subdir, name=source.name, **options
+        )
+    return DriveConnector(source.path, source.name, tenants=source.tenants, refuse=[home], url_base=source.url_base)
 
 
 @dataclass

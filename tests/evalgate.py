@@ -96,6 +96,7 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     runner = CliRunner()
     started = time.perf_counter()
     sync_args = ["sync", str(out / "corpus"), "--source", "corpus", "--json"]
+    sync_args += [f"--tenant={tenant}" for tenant in build_corpus.TENANTS]
     synced = runner.invoke(main, sync_args, env=env, catch_exceptions=False)
     assert synced.exit_code == 0, synced.output
     sync_report = json.loads(synced.output)

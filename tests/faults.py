@@ -214,7 +214,9 @@ class Deployment:
         acme = self.drive / TENANT
         (acme / "team").mkdir(parents=True)
         (acme / "vault").mkdir()
-        (acme / ".ragsync-acl.toml").write_text(f'tenant = "{TENANT}"\nread = ["group:staff"]\n')
+        (acme / ".ragsync-acl.toml").write_text(  # the vault's readers are granted here; its own manifest narrows
+            f'tenant = "{TENANT}"\nread = ["group:staff"]\n[folders."vault"]\nread = ["group:staff", "group:hr"]\n'
+        )
         (acme / "vault/.ragsync-acl.toml").write_text('read = ["group:staff", "group:hr"]\n')
         for i in range(base_docs):
             (acme / "team" / f"base{i:03d}.md").write_text(section_doc(f"Team page {i}", 3, f"routine {i}"))
@@ -282,7 +284,7 @@ class Deployment:
         started = time.time()
         try:
             res = subprocess.run(
-                [sys.executable, "-m", "ragsync.cli", "sync", str(self.drive), "--json"],
+                [sys.executable, "-m", "ragsync.cli", "sync", str(self.drive), f"--tenant={TENANT}", "--json"],
                 cwd=REPO,
                 env=self.cli_env(),
                 capture_output=True,

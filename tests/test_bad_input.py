@@ -44,7 +44,9 @@ BAD_RECORDS: list[tuple[str, bytes]] = [
 def test_poisoned_files_and_records_among_good_ones_lose_nothing(tmp_path: Path) -> None:
     drive = tmp_path / "drive"
     good = {
-        "acme/.ragsync-acl.toml": b'tenant = "acme"\nread = ["group:staff"]\n',
+        "acme/.ragsync-acl.toml": (
+            b'tenant = "acme"\nread = ["group:staff"]\n[folders."hr"]\nread = ["group:hr", "group:hr-leads"]\n'
+        ),
         "acme/hr/.ragsync-acl.toml": b'read = ["group:hr"]\n',
         "acme/hr/salaries.md": b"# Salaries\n\nThe senior band is 90,000 EUR.\n",
         "acme/refunds.md": b"# Refunds\n\nRefunds are paid within 14 days.\n",
@@ -56,7 +58,7 @@ def test_poisoned_files_and_records_among_good_ones_lose_nothing(tmp_path: Path)
     settings = Settings(home=tmp_path / "home", embed_model_path=MODEL_PATH, session_secret="b" * 32)
     components = build(settings)
     try:
-        first = sync_source(components, DriveConnector(drive, max_bytes=LIMIT))
+        first = sync_source(components, DriveConnector(drive, tenants=["acme"], max_bytes=LIMIT))
         assert first.scan.errors == [] and first.scan.upserts == 3
 
         for rel, data in BAD_FILES.items():
@@ -65,7 +67,7 @@ def test_poisoned_files_and_records_among_good_ones_lose_nothing(tmp_path: Path)
         (drive / "acme/old.md").unlink()  # a deletion
         for topic, value in BAD_RECORDS:
             components.events.publish_raw(topic, "acme/drive:x", value)
-        second = sync_source(components, DriveConnector(drive, max_bytes=LIMIT))
+        second = sync_source(components, DriveConnector(drive, tenants=["acme"], max_bytes=LIMIT))
         reported = " ".join(second.scan.errors) + " " + " ".join(f"{s.path}:{s.reason}" for s in second.scan.skipped)
         for rel in ("acme/binary.md", "acme/impossible-date.md", "acme/bad-month.md", "acme/huge.txt"):
             assert rel in reported, f"{rel} is reported per document: {reported}"

@@ -115,7 +115,7 @@ def _state(home: Path) -> dict[str, tuple[int, str]]:
 
 def _sync(env: dict[str, str], drive: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--json"],
+        [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--tenant", "acme", "--json"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -198,7 +198,7 @@ def test_broker_restart_mid_publish_loses_no_event_and_records_none_unacked(
     assert unacked == [], f"{len(unacked)} documents recorded as emitted but not in Kafka, e.g. {unacked[:3]}"
 
     rerun = subprocess.run(
-        [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--json"],
+        [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--tenant", "acme", "--json"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -50,7 +50,7 @@ def test_markup_characters_print_as_themselves_and_long_lines_stay_whole(env: di
     (drive / "acme" / "[bold]odd[").mkdir()
     (drive / "acme" / name).write_text("---\neffective_from: not a date [/]\n---\n# Odd\n\nText.\n")
 
-    result = invoke(env, "sync", str(drive))
+    result = invoke(env, "sync", str(drive), "--tenant", "acme,globex")
 
     assert result.exit_code == 3, result.output  # synced, with one document's error
     (line,) = [x for x in result.output.splitlines() if "read error" in x]
@@ -62,9 +62,9 @@ def test_tables_never_parse_markup(env: dict[str, str], tmp_path: Path) -> None:
     build_drive(drive)
     (drive / "acme" / "[bold]pay[").mkdir()
     (drive / "acme" / "[bold]pay[/].md").write_text("# Pay\n\nPaid monthly.\n")
-    ok(env, "sync", str(drive))
+    ok(env, "sync", str(drive), "--tenant", "acme,globex")
     (drive / "acme" / "[bold]pay[/].md").unlink()
-    ok(env, "sync", str(drive))
+    ok(env, "sync", str(drive), "--tenant", "acme,globex")
 
     result = ok(env, "audit", "deletions")
 
@@ -110,7 +110,7 @@ def test_token_issue_validates_its_inputs(env: dict[str, str], args: list[str], 
 
 def test_token_issue_prints_a_token_that_asks(env: dict[str, str], tmp_path: Path) -> None:
     build_drive(tmp_path / "drive")
-    ok(env, "sync", str(tmp_path / "drive"))
+    ok(env, "sync", str(tmp_path / "drive"), "--tenant", "acme,globex")
     token = ok(env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff", "--ttl", "60")
 
     answer = json.loads(
@@ -155,7 +155,7 @@ def as_json(result: Result) -> Any:
 def test_dlq_list_show_replay(env: dict[str, str], tmp_path: Path) -> None:
     drive = tmp_path / "drive"
     build_drive(drive)
-    ok(env, "sync", str(drive))
+    ok(env, "sync", str(drive), "--tenant", "acme,globex")
     events = SqliteEventLog(tmp_path / "home" / "events.db")
     try:
         dead_letter(events, replayable_upsert().model_dump_json().encode(), "store unavailable: TimeoutError", 41)
@@ -179,7 +179,7 @@ def test_dlq_list_show_replay(env: dict[str, str], tmp_path: Path) -> None:
     report = json.loads(replay.output.split("\nerror:")[0])
     assert report["replayed"] == ["0:0"] and report["stuck"]["id"] == "0:1"
     assert [d["id"] for d in as_json(ok(env, "dlq", "list", "--json"))] == ["0:1"]
-    ok(env, "sync", str(drive))  # the embedded profile applies the replayed event
+    ok(env, "sync", str(drive), "--tenant", "acme,globex")  # the embedded profile applies the replayed event
     token = ok(env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").output.strip()
     answer = as_json(ok(env, "ask", "When are replayed documents indexed?", "--token", token, "--json"))
     assert answer["answered"] is True and answer["claims"][0]["passage_id"].startswith("test:kb/replayed.md@1")
@@ -187,7 +187,7 @@ def test_dlq_list_show_replay(env: dict[str, str], tmp_path: Path) -> None:
 
 def test_dlq_list_on_a_clean_home(env: dict[str, str], tmp_path: Path) -> None:
     build_drive(tmp_path / "drive")
-    ok(env, "sync", str(tmp_path / "drive"))
+    ok(env, "sync", str(tmp_path / "drive"), "--tenant", "acme,globex")
 
     result = ok(env, "dlq", "list")
 

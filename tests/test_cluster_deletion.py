@@ -111,7 +111,7 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
     env = {**os.environ, **cluster_env, "PYTHONPATH": str(REPO)}
     worker = start_ragsync(["worker"], env, tmp_path / "worker.log")
     try:
-        report = json.loads(cli(cluster_env, "sync", str(drive), "--json"))
+        report = json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme", "--json"))
         assert report["upserts"] == 2
         token = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").strip()
         question = "Who does the night shift call?"
@@ -135,7 +135,7 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
         assert words_in(broker_files(cluster_env), V1_WORDS), "the broker's files hold the words before"
 
         (drive / DOC).unlink()
-        assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["deletes"] == 1
+        assert json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme", "--json"))["deletes"] == 1
         deleted_at = time.monotonic()
         eventually(lambda: not answered(), 60, "the deletion to take effect")
 

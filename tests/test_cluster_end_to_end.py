@@ -147,7 +147,7 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
     env = {**os.environ, **cluster_env, "PYTHONPATH": str(REPO)}
     worker = start_ragsync(["worker"], env, tmp_path / "worker.log")
     try:
-        report = json.loads(cli(cluster_env, "sync", str(drive), "--json"))
+        report = json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme,globex", "--json"))
         assert report["upserts"] == 4 and "applied" not in report, "the cluster sync only publishes"
         hal = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "hal", "--groups", "staff,hr").strip()
         ann = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").strip()
@@ -177,14 +177,14 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         assert dense_ids(refunds) and all(p.startswith("drive:globex/") for p in dense_ids(refunds))
 
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-        assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["acl_changes"] == 1
+        assert json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme,globex", "--json"))["acl_changes"] == 1
         eventually(lambda: not ask(cluster_env, hal, question)["answered"], 60, "the revocation")
         revoked = ask(cluster_env, hal, question)
         assert not any(p.startswith("drive:acme/hr/") for p in dense_ids(revoked) + lexical_ids(revoked))
         assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == held, "an ACL change keeps the points"
 
         (drive / "acme/hr/salaries.md").unlink()
-        assert json.loads(cli(cluster_env, "sync", str(drive), "--json"))["deletes"] == 1
+        assert json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme,globex", "--json"))["deletes"] == 1
 
         def audited() -> bool:
             rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
@@ -209,7 +209,9 @@ def test_cluster_serve_syncs_declared_sources_on_their_schedule(tmp_path: Path, 
     drive = tmp_path / "drive"
     build_drive(drive)
     config = tmp_path / "ragsync.toml"
-    config.write_text(f'[[sources]]\nname = "handbook"\npath = "{drive}"\ninterval_s = 1\n')
+    config.write_text(
+        f'[[sources]]\nname = "handbook"\npath = "{drive}"\ntenants = ["acme", "globex"]\ninterval_s = 1\n'
+    )
     env = {
         **os.environ,
         **cluster_env,

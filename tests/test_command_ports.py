@@ -18,7 +18,7 @@ from conftest import require_service, unique
 
 import ragsync.pipeline
 from ragsync.cli import main
-from ragsync.demo import build_drive
+from ragsync.demo import TENANTS, build_drive
 from ragsync.pipeline import sync_folder
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build
@@ -61,7 +61,7 @@ def test_chunker_change_re_emits_every_document_without_opening_a_store(
     def publish_only() -> Any:
         components = build(settings)
         try:
-            report = sync_folder(components, drive, apply=False)
+            report = sync_folder(components, drive, tenants=TENANTS, apply=False)
             assert components.opened() == ["events"], "deciding what to emit must not open a store"
             return report
         finally:
@@ -96,7 +96,9 @@ def test_cluster_sync_opens_only_kafka_and_ask_only_the_read_side(tmp_path: Path
         "RAGSYNC_CONFIG": os.devnull,
     }
     runner = CliRunner()
-    out = runner.invoke(main, ["sync", str(drive), "--json"], env=env, catch_exceptions=False)
+    out = runner.invoke(
+        main, ["sync", str(drive), "--tenant", "acme,globex", "--json"], env=env, catch_exceptions=False
+    )
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["upserts"] == 4
     assert built[-1].opened() == ["events"]

@@ -47,9 +47,9 @@ def test_every_command_gives_the_same_answer_beside_serve_as_without(tmp_path: P
     build_drive(drive)
     env = environment(tmp_path / "home")
     with Serve(env) as serve:
-        cli(env, "sync", str(drive), "--json")
+        cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
         (drive / DELETED).unlink()
-        cli(env, "sync", str(drive), "--json")
+        cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
         serve.wait_drained()
         beside = run_all(env)
         cert_beside = certificate(env)

@@ -36,11 +36,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     build_drive(drive)
     env = environment(root / "home")
     with Serve(env) as serve:
-        cli(env, "sync", str(drive), "--json")
+        cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-        cli(env, "sync", str(drive), "--json")
+        cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
         (drive / "acme/hr/salaries.md").unlink()
-        cli(env, "sync", str(drive), "--json")
+        cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
         serve.wait_drained()
         yield {"serve": serve, "env": env, "key": operator_key(serve.home)}
 

@@ -77,7 +77,7 @@ def test_deleted_document_leaves_no_text_behind(tmp_path: Path, env: dict[str, s
     (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
     (drive / DOC).write_text(v1())
     (drive / "acme/ops/keep.md").write_text(f"# Keep\n\nThis page stays: {KEEP_WORDS[0]} lives on.\n")
-    report = json.loads(run(env, "sync", str(drive), "--json").output)
+    report = json.loads(run(env, "sync", str(drive), "--tenant", "acme", "--json").output)
     assert report["upserts"] == 2 and report["dense"] is True
 
     # A dead letter carrying the document's words under its key.
@@ -97,11 +97,11 @@ def test_deleted_document_leaves_no_text_behind(tmp_path: Path, env: dict[str, s
     assert retrieved(), "the document answers the question (and the answer is cached)"
 
     (drive / DOC).write_text(v2())
-    assert json.loads(run(env, "sync", str(drive), "--json").output)["upserts"] == 1
+    assert json.loads(run(env, "sync", str(drive), "--tenant", "acme", "--json").output)["upserts"] == 1
     assert found_in(home, V1_WORDS + V2_WORDS), "before the deletion the words are on disk"
 
     (drive / DOC).unlink()
-    report = json.loads(run(env, "sync", str(drive), "--json").output)
+    report = json.loads(run(env, "sync", str(drive), "--tenant", "acme", "--json").output)
     assert report["deletes"] == 1
     assert retrieved() == []
 

@@ -17,9 +17,15 @@ from connectors.state import ConnectorState, DocRecord
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, doc_path, make_event_id
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TENANTS = ("acme", "globex", "t", "initech")
+"""What the drive is declared to hold (tests/test_manifest_narrowing.py: what happens to any other)."""
+ACME = (
+    'tenant = "acme"\nread = ["group:staff"]\n\n[files."board.md"]\nread = ["group:board"]\n\n'
+    '[folders."hr"]\nread = ["group:audit", "group:hr", "group:hr-leads", "user:ceo"]\n'
+)
 
 FILES = {
-    "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n\n[files."board.md"]\nread = ["group:board"]\n',
+    "acme/.ragsync-acl.toml": ACME,
     "acme/policies/refunds.md": "---\neffective_from: 2026-01-01\n---\n# Refund policy\n\nWithin 30 days.\n",
     "acme/policies/.draft.md": "# hidden file\n",
     "acme/.hidden/secret.md": "# hidden folder\n",
@@ -65,7 +71,7 @@ class Harness:
     ) -> tuple[ScanReport, list[Event]]:
         before = len(self.events)
         report = await scan(
-            connector or DriveConnector(self.root),
+            connector or DriveConnector(self.root, tenants=TENANTS),
             self.state,
             self.events.append,
             now=lambda: NOW,
@@ -120,7 +126,7 @@ async def test_first_scan_emits_upserts_with_tenant_and_acl_from_manifests(harne
     assert access == {
         "acme/board.md": ("acme", ("group:board",)),  # per-file override
         "acme/handbook/onboarding.html": ("acme", ("group:staff",)),  # inherited from acme/
-        "acme/hr/notes.txt": ("acme", ("group:hr", "user:ceo")),  # nearest manifest wins, tenant inherited
+        "acme/hr/notes.txt": ("acme", ("group:hr", "user:ceo")),  # narrowed by hr/, tenant inherited
         "acme/hr/salaries.md": ("acme", ("group:hr", "user:ceo")),
         "acme/policies/refunds.md": ("acme", ("group:staff",)),
         "globex/refunds.md": ("globex", ()),  # read = [] : nobody reads
@@ -159,7 +165,7 @@ async def test_second_scan_emits_nothing_and_reads_nothing(harness: Harness, dri
 
                 yield replace(doc, fetch=fetch)
 
-    report, events = await harness.run(Counting(drive))
+    report, events = await harness.run(Counting(drive, tenants=TENANTS))
     assert events == []
     assert report == ScanReport(unchanged=6, skipped=[Skipped("acme/policies/image.png", "unsupported type")])
     assert reads == []
@@ -229,7 +235,7 @@ async def test_fetch_error_keeps_its_document_and_does_not_hold_back_deletes(har
                     doc = replace(doc, fetch=fail)
                 yield doc
 
-    report, events = await harness.run(Flaky(drive))
+    report, events = await harness.run(Flaky(drive, tenants=TENANTS))
     assert [(doc_path(e.doc_id), e.kind) for e in events] == [("globex/refunds.md", EventKind.DELETE)]
     assert not report.deletes_skipped and report.deletes == 1
     assert report.fetch_failed and not report.complete
@@ -286,7 +292,7 @@ async def test_file_without_tenant_is_an_error(tmp_path: Path) -> None:
     write(tmp_path / "d", {"loose.md": "# Loose\n", "t/.ragsync-acl.toml": 'tenant = "t"\n', "t/a.md": "a"})
     state = ConnectorState(tmp_path / "s.db")
     events: list[Event] = []
-    report = await scan(DriveConnector(tmp_path / "d"), state, events.append)
+    report = await scan(DriveConnector(tmp_path / "d", tenants=TENANTS), state, events.append)
     state.close()
     assert [(e.tenant, doc_path(e.doc_id), upsert(e).acl) for e in events] == [("t", "t/a.md", ())]
     [error] = report.errors
@@ -294,34 +300,41 @@ async def test_file_without_tenant_is_an_error(tmp_path: Path) -> None:
     assert report.deletes_skipped
 
 
-async def test_tenant_switch_does_not_inherit_readers_of_the_other_tenant() -> None:
+async def test_a_chain_intersects_and_refuses_a_switch_of_tenant() -> None:
+    from connectors.access import ChainError
     from connectors.drive import Manifest
 
     chain = [("", Manifest(tenant="acme", read=("group:staff",))), ("sub", Manifest(tenant="globex"))]
-    assert resolve_access(chain, "sub/x.md") == ("globex", ())
+    with pytest.raises(ChainError, match="tenant 'globex' differs from 'acme'"):
+        resolve_access(chain, "sub/x.md")
     chain = [("", Manifest(read=("group:staff",))), ("sub", Manifest(tenant="globex"))]
-    assert resolve_access(chain, "sub/x.md") == ("globex", ("group:staff",))
-    chain = [("", Manifest(tenant="acme", read=("group:a",))), ("sub", Manifest(tenant="acme"))]
-    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:a",))
+    assert resolve_access(chain, "sub/x.md") == ("globex", ("group:staff",)), "the first tenant named"
+    chain = [("", Manifest(tenant="acme", read=("group:a", "group:b"))), ("sub", Manifest(tenant="acme"))]
+    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:a", "group:b"))
     chain = [
         ("", Manifest(tenant="acme", read=("group:a",), files={"sub/x.md": {"read": ["user:u"]}})),  # type: ignore[dict-item]
         ("sub", Manifest(read=("group:b",))),
     ]
-    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:b",)), "the nearer manifest wins"
+    with pytest.raises(ChainError, match=r"grants group:b to sub/x\.md, which the manifests above allow only user:u"):
+        resolve_access(chain, "sub/x.md")
     assert resolve_access(chain[:1], "sub/x.md") == ("acme", ("user:u",))
+    with pytest.raises(ChainError):
+        resolve_access(chain, "sub/y.md")  # group:b is no more granted to y.md than to x.md
+    chain = [("", Manifest(tenant="acme", read=("group:a", "group:b"))), ("sub", Manifest(read=("group:b",)))]
+    assert resolve_access(chain, "sub/x.md") == ("acme", ("group:b",)), "narrowed"
 
 
 async def test_manifest_move_to_other_tenant_is_delete_then_upsert(harness: Harness, drive: Path) -> None:
     await harness.run()
-    (drive / "acme/hr/.ragsync-acl.toml").write_text('tenant = "initech"\nread = ["group:hr"]\n')
+    (drive / "acme/.ragsync-acl.toml").write_text(ACME.replace('tenant = "acme"', 'tenant = "initech"'))
     report, events = await harness.run()
-    assert [(e.kind, e.tenant, doc_path(e.doc_id), e.version) for e in events] == [
-        (EventKind.DELETE, "acme", "acme/hr/notes.txt", 2),  # the listing pass: before any content is read
-        (EventKind.DELETE, "acme", "acme/hr/salaries.md", 2),
-        (EventKind.UPSERT, "initech", "acme/hr/notes.txt", 1),
-        (EventKind.UPSERT, "initech", "acme/hr/salaries.md", 1),
-    ]
-    assert (report.deletes, report.upserts) == (2, 2)
+    moved = ["acme/board.md", "acme/handbook/onboarding.html", "acme/hr/notes.txt", "acme/hr/salaries.md"]
+    moved.append("acme/policies/refunds.md")
+    # The listing pass first (every deletion, before any content is read), then the content pass.
+    expected = [(EventKind.DELETE, "acme", path, 2) for path in moved]
+    expected += [(EventKind.UPSERT, "initech", path, 1) for path in moved]
+    assert [(e.kind, e.tenant, doc_path(e.doc_id), e.version) for e in events] == expected
+    assert (report.deletes, report.upserts, report.errors) == (5, 5, [])
     assert (await harness.run())[1] == []
 
 
@@ -333,11 +346,13 @@ async def test_versions_are_monotonic_through_edit_acl_delete_and_return(harness
             path.write_text("# Board minutes\n\nRevised.\n")
         elif step == "acl":
             (drive / "acme/.ragsync-acl.toml").write_text(
-                'tenant = "acme"\nread = ["group:staff"]\n[files."board.md"]\nread = ["group:board", "user:chair"]\n'
+                ACME.replace('read = ["group:board"]', 'read = ["group:board", "user:chair"]')
             )
         elif step == "delete":
             path.unlink()
-            (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+            (drive / "acme/.ragsync-acl.toml").write_text(
+                ACME.replace('[files."board.md"]\nread = ["group:board"]\n', "")
+            )
         elif step == "restore":
             path.write_text("# Board minutes\n\nRevised.\n")
         _, events = await harness.run()
@@ -365,7 +380,7 @@ async def test_failed_publish_leaves_state_so_the_next_run_retries(harness: Harn
         raise ConnectionError("log unavailable")
 
     with pytest.raises(ConnectionError):
-        await scan(DriveConnector(drive), harness.state, broken, now=lambda: NOW)
+        await scan(DriveConnector(drive, tenants=TENANTS), harness.state, broken, now=lambda: NOW)
     _, events = await harness.run()
     # The same change again, under the next version: the failed event may have reached the log
     # (a lost acknowledgement), and one version must never name two events (tests/test_publish_failure.py).
@@ -505,7 +520,7 @@ async def test_acl_change_is_narrowed_at_once_and_widened_only_with_content_read
     at once), but staff do not get the old minutes either: a wider ACL waits for the content it was
     written for (issue 18, fail closed)."""
     await harness.run()
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')  # board.md: staff
+    (drive / "acme/.ragsync-acl.toml").write_text(ACME.replace('[files."board.md"]\nread = ["group:board"]\n', ""))
 
     class Unreadable(DriveConnector):
         async def documents(self) -> AsyncIterator[SourceDocument]:
@@ -519,12 +534,12 @@ async def test_acl_change_is_narrowed_at_once_and_widened_only_with_content_read
                 yield doc
 
     (drive / "acme/board.md").write_text("# Board minutes\n\nChanged.\n")
-    report, events = await harness.run(Unreadable(drive))
+    report, events = await harness.run(Unreadable(drive, tenants=TENANTS))
     [event] = events
     assert (doc_path(event.doc_id), event.kind) == ("acme/board.md", EventKind.ACL)
     assert event.payload == AclPayload(acl=()), "only the readers both ACLs admit: nobody"
     assert report.errors == ["acme/board.md: cannot read: permission denied"] and not report.complete
-    report, events = await harness.run(Unreadable(drive))
+    report, events = await harness.run(Unreadable(drive, tenants=TENANTS))
     assert events == [] and len(report.errors) == 1, "still unreadable: still nobody, reported again"
     _, events = await harness.run()
     assert [(e.kind, "Changed." in upsert(e).content, upsert(e).acl) for e in events] == [
@@ -554,7 +569,7 @@ async def test_links_to_anything_are_never_read(harness: Harness, drive: Path, t
     (drive / "acme/policies/hr-link.md").symlink_to(drive / "acme/hr/salaries.md")
     (drive / "acme/policies/hr-folder").symlink_to(drive / "acme/hr", target_is_directory=True)
     (drive / "acme/policies/globex").symlink_to(drive / "globex", target_is_directory=True)
-    report, events = await harness.run(DriveConnector(drive, refuse=[home]))
+    report, events = await harness.run(DriveConnector(drive, tenants=TENANTS, refuse=[home]))
     assert len(events) == 6, "only the six real files"
     assert all("CANARY" not in upsert(e).content and "Senior" not in upsert(e).content for e in events[:3])
     links = {s.path for s in report.skipped if s.reason == "symlink"}
@@ -567,7 +582,7 @@ async def test_a_hard_link_to_a_file_of_the_home_is_skipped(harness: Harness, dr
     home.mkdir()
     (home / "session.secret").write_text("CANARY-SECRET")
     os.link(home / "session.secret", drive / "acme/policies/secret.md")
-    report, events = await harness.run(DriveConnector(drive, refuse=[home]))
+    report, events = await harness.run(DriveConnector(drive, tenants=TENANTS, refuse=[home]))
     assert "acme/policies/secret.md" not in by_doc(events)
     assert Skipped("acme/policies/secret.md", "inside the ragsync home", "a hard link to a file of the home") in (
         report.skipped
@@ -586,7 +601,7 @@ async def test_a_root_inside_or_around_the_home_is_refused(tmp_path: Path, where
     home.mkdir(parents=True, exist_ok=True)
     state = ConnectorState(tmp_path / "s.db")
     events: list[Event] = []
-    report = await scan(DriveConnector(root, refuse=[home]), state, events.append)
+    report = await scan(DriveConnector(root, tenants=TENANTS, refuse=[home]), state, events.append)
     state.close()
     assert events == [] and report.deletes_skipped
     [error] = report.errors
@@ -596,7 +611,7 @@ async def test_a_root_inside_or_around_the_home_is_refused(tmp_path: Path, where
 async def test_a_link_swapped_in_after_the_listing_is_not_followed(drive: Path, tmp_path: Path) -> None:
     secret = tmp_path / "secret.md"
     secret.write_text("CANARY")
-    docs = [d async for d in DriveConnector(drive).documents()]
+    docs = [d async for d in DriveConnector(drive, tenants=TENANTS).documents()]
     board = next(d for d in docs if d.doc_id == "acme/board.md")
     (drive / "acme/board.md").unlink()
     (drive / "acme/board.md").symlink_to(secret)
@@ -615,13 +630,13 @@ def test_source_url_maps_to_url_base_and_never_shows_the_server_path(drive: Path
     async def urls(connector: DriveConnector) -> dict[str, str]:
         return {d.doc_id: d.source_url async for d in connector.documents()}
 
-    based = asyncio.run(urls(DriveConnector(drive, url_base="https://drive.example/share/")))
+    based = asyncio.run(urls(DriveConnector(drive, tenants=TENANTS, url_base="https://drive.example/share/")))
     assert based["acme/hr/salaries.md"] == "https://drive.example/share/acme/hr/salaries.md"
     write(drive, {"acme/Q&A 2026 #1.md": "# QA\n"})
-    assert asyncio.run(urls(DriveConnector(drive, url_base="https://d.example")))["acme/Q&A 2026 #1.md"] == (
-        "https://d.example/acme/Q%26A%202026%20%231.md"
-    )
-    plain = asyncio.run(urls(DriveConnector(drive)))
+    assert asyncio.run(urls(DriveConnector(drive, tenants=TENANTS, url_base="https://d.example")))[
+        "acme/Q&A 2026 #1.md"
+    ] == ("https://d.example/acme/Q%26A%202026%20%231.md")
+    plain = asyncio.run(urls(DriveConnector(drive, tenants=TENANTS)))
     assert plain["acme/hr/salaries.md"] == "acme/hr/salaries.md"
     assert not any(str(drive) in url for url in plain.values())
 
@@ -631,7 +646,7 @@ def test_source_url_maps_to_url_base_and_never_shows_the_server_path(drive: Path
 
 async def test_a_files_key_matching_no_file_is_an_error_and_locks_the_folder(harness: Harness, drive: Path) -> None:
     """Was: `Salaries.md` silently fell back to the folder's wider read (staff read the salaries)."""
-    write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:staff"]\n[files."Salaries.md"]\nread = ["group:hr"]\n'})
+    write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\n[files."Salaries.md"]\nread = ["user:ceo"]\n'})
     report, events = await harness.run()
     assert "acme/hr/salaries.md" not in by_doc(events), "never published under the folder's read"
     [error] = report.errors
@@ -639,10 +654,10 @@ async def test_a_files_key_matching_no_file_is_an_error_and_locks_the_folder(har
     assert str((drive / "acme/hr/.ragsync-acl.toml").resolve()) in error
 
     (drive / "acme/hr/.ragsync-acl.toml").write_text(
-        'read = ["group:staff"]\n[files."salaries.md"]\nread = ["group:hr"]\n'
+        'read = ["group:hr"]\n[files."salaries.md"]\nread = ["user:ceo"]\n'
     )
     report, events = await harness.run()
-    assert upsert(by_doc(events)["acme/hr/salaries.md"]).acl == ("group:hr",) and report.errors == []
+    assert upsert(by_doc(events)["acme/hr/salaries.md"]).acl == ("user:ceo",) and report.errors == []
 
 
 async def test_renaming_a_restricted_file_locks_it_instead_of_opening_it(harness: Harness, drive: Path) -> None:
@@ -665,7 +680,7 @@ async def test_names_are_compared_in_nfc_and_globs_match_per_segment(harness: Ha
             f"acme/hr/{nfd}": "# CV\n",
             "acme/hr/old/x.md": "# Old\n",
             "acme/hr/.ragsync-acl.toml": (
-                'read = ["group:hr"]\n[files."résumé.md"]\nread = ["user:ann"]\n'  # NFC key, NFD file
+                'read = ["group:hr"]\n[files."résumé.md"]\nread = ["group:audit"]\n'  # NFC key, NFD file
                 '[files."*.txt"]\nread = ["user:ceo"]\n'
             ),
         },
@@ -673,7 +688,7 @@ async def test_names_are_compared_in_nfc_and_globs_match_per_segment(harness: Ha
     report, events = await harness.run()
     assert report.errors == []
     acl = {doc_path(e.doc_id): upsert(e).acl for e in events}
-    assert acl[f"acme/hr/{nfd}"] == ("user:ann",)
+    assert acl[f"acme/hr/{nfd}"] == ("group:audit",)
     assert acl["acme/hr/notes.txt"] == ("user:ceo",), "a glob"
     assert acl["acme/hr/old/x.md"] == ("group:hr",), "* never crosses a folder"
     assert acl["acme/hr/salaries.md"] == ("group:hr",)
@@ -705,5 +720,5 @@ async def test_url_base_from_the_root_manifest(harness: Harness, drive: Path) ->
     _, events = await harness.run()
     assert upsert(by_doc(events)["acme/board.md"]).source_url == "https://files.example/acme/acme/board.md"
     write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\nurl_base = "https://x.example"\n'})
-    report, _ = await harness.run(DriveConnector(drive, url_base="https://argument.example"))
+    report, _ = await harness.run(DriveConnector(drive, tenants=TENANTS, url_base="https://argument.example"))
     assert any("url_base is only read from the root manifest" in e for e in report.errors)

@@ -349,7 +349,7 @@ async def test_a_scan_indexes_every_format_and_reports_each_unreadable_file(tmp_
     for name, data in {**good, **bad}.items():
         (root / name).write_bytes(data)
     events: list[Event] = []
-    report = await scan(DriveConnector(root), ConnectorState(tmp_path / "state.db"), events.append)
+    report = await scan(DriveConnector(root, tenants=["acme"]), ConnectorState(tmp_path / "state.db"), events.append)
     payloads = {e.doc_id.removeprefix("drive:"): e.payload for e in events}
     assert set(payloads) == set(good) and report.upserts == len(good)
     assert {s.path: s.reason for s in report.skipped} == dict.fromkeys(bad, "unreadable")
@@ -384,7 +384,7 @@ async def test_a_document_whose_event_would_not_fit_the_log_is_reported_too_larg
     (root / "small.md").write_text("# Small\n\nFits.\n")
     events: list[Event] = []
     state = ConnectorState(tmp_path / "state.db")
-    report = await scan(DriveConnector(root), state, events.append, max_event_bytes=4000)
+    report = await scan(DriveConnector(root, tenants=["acme"]), state, events.append, max_event_bytes=4000)
     assert [e.doc_id for e in events] == ["drive:small.md"]
     [skipped] = report.skipped
     assert (skipped.path, skipped.reason) == ("big.csv", "too large")

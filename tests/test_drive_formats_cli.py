@@ -89,7 +89,7 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     (root / "broken.docx").write_bytes(b"PK\x03\x04 not really a zip")
     (root / "slides.pptx").write_bytes(b"PK\x03\x04")
     home = tmp / "home"
-    out = CliRunner().invoke(main, ["sync", str(root), "--json"], env=env(home))
+    out = CliRunner().invoke(main, ["sync", str(root), "--tenant", "acme", "--json"], env=env(home))
     assert out.exit_code == 3, out.output  # synced, with documents that could not be read
     return home, json.loads(out.stdout)
 
@@ -172,7 +172,7 @@ def test_fixing_an_unreadable_file_indexes_it_and_leaves_the_others_unchanged(
     (root / "locked.pdf").write_bytes(
         make_pdf([[("Parking", 0, ["Parking at airports is reimbursed for up to five days."])]])
     )
-    out = CliRunner().invoke(main, ["sync", str(root), "--json"], env=env(home))
+    out = CliRunner().invoke(main, ["sync", str(root), "--tenant", "acme", "--json"], env=env(home))
     report = json.loads(out.stdout)
     assert report["upserts"] == 1 and report["unchanged"] == 4, report
     claim = cited(ask(home, "How many days of airport parking are reimbursed?"), "five days")

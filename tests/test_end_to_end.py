@@ -41,9 +41,11 @@ def ask(env: dict[str, str], tok: str, question: str, *extra: str) -> dict[str, 
 def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -> None:
     drive = tmp_path / "drive"
     build_drive(drive)
-    first = json.loads(run(env, "sync", str(drive), "--json").output)
+    first = json.loads(run(env, "sync", str(drive), "--tenant", "acme,globex", "--json").output)
     assert first["upserts"] == 4 and first["errors"] == [] and first["dense"] is True
-    assert json.loads(run(env, "sync", str(drive), "--json").output)["upserts"] == 0, "a re-run emits nothing"
+    assert json.loads(run(env, "sync", str(drive), "--tenant", "acme,globex", "--json").output)["upserts"] == 0, (
+        "a re-run emits nothing"
+    )
 
     ann = token(env, "acme", "ann", "staff")
     hal = token(env, "acme", "hal", "staff,hr")
@@ -74,13 +76,13 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
 
     # Revoke through the manifest.
     (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-    report = json.loads(run(env, "sync", str(drive), "--json").output)
+    report = json.loads(run(env, "sync", str(drive), "--tenant", "acme,globex", "--json").output)
     assert report["acl_changes"] == 1 and report["upserts"] == 0
     assert ask(env, hal, salary_q)["answered"] is False
 
     # Delete the file: gone from every store, and audited.
     (drive / "acme/hr/salaries.md").unlink()
-    assert json.loads(run(env, "sync", str(drive), "--json").output)["deletes"] == 1
+    assert json.loads(run(env, "sync", str(drive), "--tenant", "acme,globex", "--json").output)["deletes"] == 1
     leads = token(env, "acme", "lee", "hr-leads")
     assert ask(env, leads, salary_q)["answered"] is False
     audit = json.loads(run(env, "audit", "deletions", "--json").output)
@@ -92,7 +94,7 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
     refund_q = "How many days do customers have to request a refund?"
     assert "30 days" in ask(env, ann, refund_q)["answer"]
     (drive / "acme/policies/refunds.md").write_text(REFUNDS_V2)
-    run(env, "sync", str(drive))
+    run(env, "sync", str(drive), "--tenant", "acme,globex")
     now = ask(env, ann, refund_q)
     assert "45 days" in now["answer"] and now["claims"][0]["passage_id"].startswith("drive:acme/policies/refunds.md@2#")
     before = ask(env, ann, refund_q, "--as-of", "2026-03-01")
@@ -107,7 +109,7 @@ def test_bm25_only_when_no_model(tmp_path: Path, env: dict[str, str], caplog: py
     drive = tmp_path / "drive"
     build_drive(drive)
     with caplog.at_level("WARNING"):
-        report = json.loads(run(env, "sync", str(drive), "--json").output)
+        report = json.loads(run(env, "sync", str(drive), "--tenant", "acme,globex", "--json").output)
     assert report["dense"] is False
     assert any("dense retrieval is disabled" in r.message for r in caplog.records)
     answer = ask(env, token(env, "acme", "ann", "staff"), "How many days do customers have to request a refund?")
@@ -116,7 +118,9 @@ def test_bm25_only_when_no_model(tmp_path: Path, env: dict[str, str], caplog: py
 
 def test_invalid_token_is_an_error_not_an_answer(tmp_path: Path, env: dict[str, str]) -> None:
     build_drive(tmp_path / "drive")
-    run(env, "sync", str(tmp_path / "drive"))  # a home with documents: an empty one is refused first
+    run(
+        env, "sync", str(tmp_path / "drive"), "--tenant", "acme,globex"
+    )  # a home with documents: an empty one is refused first
     result = CliRunner().invoke(main, ["ask", "anything", "--token", "forged.token"], env=env)
     assert result.exit_code == 2 and "invalid session token" in result.output
 

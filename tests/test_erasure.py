@@ -103,9 +103,9 @@ def test_erase_removes_every_version_and_purges_at_once(tmp_path: Path) -> None:
     (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
     (drive / "acme/ops/plan.md").write_text(v1())
     (drive / "acme/ops/keep.md").write_text(f"# Keep\n\n{KEEP_WORDS[0]} stays.\n")
-    run(env, "sync", str(drive), "--json")
+    run(env, "sync", str(drive), "--tenant", "acme", "--json")
     (drive / "acme/ops/plan.md").write_text(v2())
-    run(env, "sync", str(drive), "--json")
+    run(env, "sync", str(drive), "--tenant", "acme", "--json")
 
     out = json.loads(run(env, "erase", "--tenant", "acme", "acme/ops/plan.md", "--json").output)
     assert out["erased"] is True and out["doc_id"] == "drive:acme/ops/plan.md" and out["version"] == 3
@@ -114,7 +114,7 @@ def test_erase_removes_every_version_and_purges_at_once(tmp_path: Path) -> None:
     assert found_in(home, V1_WORDS + V2_WORDS) == {}, "purged at once, not on schedule"
 
     # The file is still at the source: the next sync indexes it again, after the erasure's version.
-    report = json.loads(run(env, "sync", str(drive), "--json").output)
+    report = json.loads(run(env, "sync", str(drive), "--tenant", "acme", "--json").output)
     assert report["upserts"] == 1
     verified = json.loads(run(env, "audit", "verify", "--json").output)
     assert verified["ok"] is True
@@ -139,7 +139,7 @@ def test_erase_covers_a_dead_letter_above_the_erasure_s_version(tmp_path: Path) 
     (drive / "acme/ops").mkdir(parents=True)
     (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
     (drive / "acme/ops/plan.md").write_text(v1())
-    run(env, "sync", str(drive), "--json")
+    run(env, "sync", str(drive), "--tenant", "acme", "--json")
     body = {  # no content_hash: invalid, so the indexer dead-letters it
         "event_id": "e" * 32,
         "kind": "upsert",
@@ -152,7 +152,7 @@ def test_erase_covers_a_dead_letter_above_the_erasure_s_version(tmp_path: Path) 
     log = SqliteEventLog(home / "events.db")
     log.publish_raw("documents", "acme/drive:acme/ops/plan.md", json.dumps(body).encode())
     log.close()
-    run(env, "sync", str(drive), "--json")  # applies the pending record: dead-lettered
+    run(env, "sync", str(drive), "--tenant", "acme", "--json")  # applies the pending record: dead-lettered
     assert [letter["key"] for letter in json.loads(run(env, "dlq", "list", "--json").output)] == [
         "acme/drive:acme/ops/plan.md"
     ]

@@ -88,7 +88,18 @@ def test_python_manual_ci_subset_meets_the_quality_gates(tmp_path: Path) -> None
     runner = CliRunner()
     started = time.perf_counter()
     synced = runner.invoke(
-        main, ["sync", str(out / "corpus"), "--source", build_corpus.SOURCE, "--json"], env=env, catch_exceptions=False
+        main,
+        [
+            "sync",
+            str(out / "corpus"),
+            "--source",
+            build_corpus.SOURCE,
+            "--tenant",
+            ",".join(build_corpus.TENANTS),
+            "--json",
+        ],
+        env=env,
+        catch_exceptions=False,
     )
     assert synced.exit_code == 0, synced.output
     sync_report = json.loads(synced.output)

@@ -84,7 +84,7 @@ async def test_a_commented_date_is_synced_and_a_broken_block_is_that_documents_e
     (root / "broken.md").write_text("---\ntitle: [unclosed\neffective_from: 2026-01-01\n---\n# Broken\n")
     (root / "plain.md").write_text("# Plain\n\nNo front matter.\n")
     events: list[Event] = []
-    report = await scan(DriveConnector(root), ConnectorState(tmp_path / "state.db"), events.append)
+    report = await scan(DriveConnector(root, tenants=["acme"]), ConnectorState(tmp_path / "state.db"), events.append)
     payloads = {e.doc_id: e.payload for e in events}
     assert set(payloads) == {"drive:rules.md", "drive:plain.md"}
     rules = payloads["drive:rules.md"]

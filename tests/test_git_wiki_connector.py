@@ -18,9 +18,15 @@ from connectors.state import ConnectorState
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, doc_path
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TENANTS = ("acme", "globex")
+"""What the wiki is declared to hold (tests/test_manifest_narrowing.py: what happens to any other)."""
+ACME = (
+    'tenant = "acme"\nread = ["group:staff"]\n\n[files."board.md"]\nread = ["group:board"]\n\n'
+    '[folders."hr"]\nread = ["group:hr", "group:hr-leads", "user:ceo"]\n'
+)
 
 PAGES = {
-    "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n\n[files."board.md"]\nread = ["group:board"]\n',
+    "acme/.ragsync-acl.toml": ACME,
     "acme/board.md": "# Board minutes\n\nSecret plans.\n",
     "acme/policies/refunds.md": "---\neffective_from: 2026-01-01\n---\n# Refund policy\n\nWithin 30 days.\n",
     "acme/policies/.draft.md": "# hidden page\n",
@@ -90,7 +96,7 @@ class Harness:
 
                     yield replace(doc, fetch=fetch)
 
-        return Counting(self.repo.root, **kwargs)
+        return Counting(self.repo.root, **{"tenants": TENANTS, **kwargs})
 
     async def run(self, connector: GitWikiConnector | None = None, **kwargs: Any) -> tuple[ScanReport, list[Event]]:
         before = len(self.events)
@@ -207,7 +213,7 @@ async def test_bad_ref_reports_an_error_and_deletes_nothing(harness: Harness, re
     [error] = report.errors
     assert "cannot resolve ref 'no-such-branch'" in error and str(repo.root.resolve()) in error
 
-    report, events = await harness.run(connector=GitWikiConnector(repo.root.parent / "missing"))
+    report, events = await harness.run(connector=GitWikiConnector(repo.root.parent / "missing", tenants=TENANTS))
     assert events == [] and report.deletes_skipped and "cannot resolve ref 'HEAD'" in report.errors[0]
 
 
@@ -279,7 +285,9 @@ async def test_symlinked_manifest_is_broken_and_symlinked_pages_are_skipped(harn
 async def test_subdir_bare_clone_and_url_template(harness: Harness, repo: Repo, tmp_path: Path) -> None:
     bare = tmp_path / "mirror.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(repo.root), str(bare)], check=True)
-    connector = GitWikiConnector(bare, ref="main", subdir="/acme/", url_template="https://wiki.example/{doc_id}")
+    connector = GitWikiConnector(
+        bare, tenants=TENANTS, ref="main", subdir="/acme/", url_template="https://wiki.example/{doc_id}"
+    )
     assert (connector.name, connector.location) == ("mirror", f"git:{bare.resolve()}:acme")
     docs = [d async for d in connector.documents()]
     assert connector.errors == []
@@ -293,7 +301,7 @@ async def test_subdir_bare_clone_and_url_template(harness: Harness, repo: Repo, 
     assert docs[0].fingerprint == repo.git("rev-parse", "HEAD:acme/board.md"), "the blob SHA"
     assert await docs[0].fetch() == PAGES["acme/board.md"].encode()
 
-    missing = GitWikiConnector(bare, subdir="nowhere")
+    missing = GitWikiConnector(bare, tenants=TENANTS, subdir="nowhere")
     assert [d async for d in missing.documents()] == []
     assert "subdir 'nowhere' is not a folder" in missing.errors[0], "a typo must not look like an empty wiki"
 
@@ -314,11 +322,12 @@ def test_constructor_rejects_unsafe_arguments(tmp_path: Path) -> None:
         {"ref": ""},
         {"subdir": "../etc"},
         {"url_template": "{x}"},
+        {"tenants": ["not a tenant"]},
     ]
     for kwargs in unsafe:
         with pytest.raises(ValueError):
-            GitWikiConnector(tmp_path, **kwargs)
-    path_with_space = GitWikiConnector(tmp_path / "my wiki")
+            GitWikiConnector(tmp_path, **{"tenants": TENANTS, **kwargs})
+    path_with_space = GitWikiConnector(tmp_path / "my wiki", tenants=TENANTS)
     assert path_with_space.name == "my-wiki"
     assert path_with_space.location == f"git:{(tmp_path / 'my wiki').resolve()}:"
 

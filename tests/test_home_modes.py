@@ -51,7 +51,7 @@ def test_every_file_the_stores_create_is_private(tmp_path: Path) -> None:
         "RAGSYNC_CONFIG": os.devnull,
     }
     env.pop("RAGSYNC_SESSION_SECRET", None)
-    synced = cli(env, "sync", str(drive), "--json")
+    synced = cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json")
     assert synced.returncode == 0, synced.stderr
     assert '"dense": true' in synced.stdout, "the vector shard must be part of what is checked"
     token = cli(env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff")

@@ -213,7 +213,7 @@ def test_no_canary_reaches_a_principal_the_manifests_deny(
         try:
             caplog.clear()
             with caplog.at_level(logging.DEBUG):
-                sync_folder(components, root)
+                sync_folder(components, root, tenants=TENANTS)
                 client = TestClient(server_app(components))
                 for _ in range(ASKS_PER_WORLD):
                     principal, question = data.draw(asks(world))

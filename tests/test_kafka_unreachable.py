@@ -61,7 +61,7 @@ def test_cluster_sync_with_the_broker_down_fails_in_one_line_and_records_nothing
     }
     started = time.monotonic()
     res = subprocess.run(
-        [sys.executable, "-m", "ragsync.cli", "sync", str(drive)],
+        [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--tenant", "acme"],
         cwd=REPO,
         env=env,
         capture_output=True,

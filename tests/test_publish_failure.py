@@ -31,14 +31,16 @@ CANARY = "zqvlostack"
 def test_a_publish_with_a_lost_ack_never_reuses_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     drive = tmp_path / "drive"
     (drive / "acme/vault").mkdir(parents=True)
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    (drive / "acme/.ragsync-acl.toml").write_text(
+        'tenant = "acme"\nread = ["group:staff"]\n[folders."vault"]\nread = ["group:staff", "group:hr"]\n'
+    )
     (drive / "acme/vault/.ragsync-acl.toml").write_text('read = ["group:staff", "group:hr"]\n')
     secret = drive / "acme/vault/secret.md"
     secret.write_text(f"# Vault\n\nThe vault code word is {CANARY} one.\n")
     settings = Settings(home=tmp_path / "home", embed_model_path=MODEL_PATH, session_secret="p" * 32)
     components = build(settings)
     try:
-        assert sync_source(components, DriveConnector(drive)).scan.upserts == 1
+        assert sync_source(components, DriveConnector(drive, tenants=["acme"])).scan.upserts == 1
 
         # An edit is published, lands in the log, and its acknowledgement is lost.
         secret.write_text(f"# Vault\n\nThe vault code word is {CANARY} two.\n")
@@ -51,12 +53,12 @@ def test_a_publish_with_a_lost_ack_never_reuses_its_version(tmp_path: Path, monk
 
         monkeypatch.setattr(events, "publish_many", ack_lost)
         with pytest.raises(StoreUnavailable):
-            sync_source(components, DriveConnector(drive), apply=False)
+            sync_source(components, DriveConnector(drive, tenants=["acme"]), apply=False)
         monkeypatch.setattr(events, "publish_many", real)
 
         # Then the vault is narrowed to HR: the next sync re-emits the edit under the new ACL.
         (drive / "acme/vault/.ragsync-acl.toml").write_text('read = ["group:hr"]\n')
-        again = sync_source(components, DriveConnector(drive))
+        again = sync_source(components, DriveConnector(drive, tenants=["acme"]))
         assert again.scan.upserts == 1 and again.scan.errors == []
 
         worker = components.query_worker()

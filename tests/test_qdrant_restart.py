@@ -150,7 +150,9 @@ def test_qdrant_restart_during_ingest_loses_nothing(tmp_path: Path, qdrant: Priv
             stderr=subprocess.STDOUT,
         )
     try:
-        out = CliRunner().invoke(main, ["sync", str(drive), "--json"], env=env, catch_exceptions=False)
+        out = CliRunner().invoke(
+            main, ["sync", str(drive), "--tenant", "acme", "--json"], env=env, catch_exceptions=False
+        )
         assert out.exit_code == 0 and json.loads(out.output)["upserts"] == DOCS, out.output
 
         deadline = time.monotonic() + 120

@@ -37,7 +37,7 @@ def test_serve_owns_the_home_while_other_processes_sync_ask_and_revoke(tmp_path:
         assert second.returncode == 1 and "Traceback" not in second.stderr
         assert f"is already owned by `ragsync serve` (pid {serve.pid}" in second.stderr
 
-        report = json.loads(cli(env, "sync", str(drive), "--json").stdout)
+        report = json.loads(cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json").stdout)
         assert report["upserts"] == 4 and report["applied"] == 4, report
         assert report["dense"] is True and report["passages_embedded"] == report["passages_written"] > 0
 
@@ -60,7 +60,7 @@ def test_serve_owns_the_home_while_other_processes_sync_ask_and_revoke(tmp_path:
 
         # A revocation synced from another process: the very next served answer no longer shows it.
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-        revoked = json.loads(cli(env, "sync", str(drive), "--json").stdout)
+        revoked = json.loads(cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json").stdout)
         assert revoked["acl_changes"] == 1 and revoked["applied"] == 1, revoked
         after = serve.ask(hal, SALARY_Q)
         assert not cites(after, "acme/hr/salaries.md") and "90,000" not in json.dumps(after)
@@ -69,7 +69,7 @@ def test_serve_owns_the_home_while_other_processes_sync_ask_and_revoke(tmp_path:
         (drive / "acme/policies/parking.md").write_text(
             "# Parking\n\nStaff park on level 3 of the north garage; visitors use level 1.\n"
         )
-        added = json.loads(cli(env, "sync", str(drive), "--json").stdout)
+        added = json.loads(cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json").stdout)
         assert added["upserts"] == 1 and added["applied"] == 1
         parking = serve.ask(token("acme", "ann", "staff"), "Where do staff park?")
         assert parking["answered"] and cites(parking, "acme/policies/parking.md")
@@ -84,7 +84,19 @@ def test_watch_and_webhook_pushes_are_applied_while_serving(tmp_path: Path) -> N
     refund_q = "How many days do customers have to request a refund?"
     with Serve(env) as serve:
         watch = subprocess.Popen(
-            [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--watch", "--json", "--debounce", "0.2"],
+            [
+                sys.executable,
+                "-m",
+                "ragsync.cli",
+                "sync",
+                str(drive),
+                "--tenant",
+                "acme,globex",
+                "--watch",
+                "--json",
+                "--debounce",
+                "0.2",
+            ],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -133,7 +145,7 @@ def test_killing_serve_mid_batch_and_restarting_loses_nothing(tmp_path: Path) ->
     env = environment(tmp_path / "home", RAGSYNC_INDEX_BATCH_SIZE="8")
     serve = Serve(env)
     try:
-        published = json.loads(cli(env, "sync", str(drive), "--json", "--no-wait").stdout)
+        published = json.loads(cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json", "--no-wait").stdout)
         assert published["upserts"] == n and "applied" not in published
         log = SqliteEventLog(tmp_path / "home" / "events.db")
         committed = until(

@@ -66,10 +66,10 @@ def test_idle_serve_after_deletions_is_quiet_and_erase_beside_it_returns_at_once
     env = environment(tmp_path / "home", RAGSYNC_PURGE_MAX_DELAY_S=str(BOUND_S))
     state_db = tmp_path / "home/state.db"
     with Serve(env) as serve:
-        assert json.loads(cli(env, "sync", str(drive), "--json").stdout)["applied"] == 6
+        assert json.loads(cli(env, "sync", str(drive), "--tenant", "acme", "--json").stdout)["applied"] == 6
         for i in range(3):
             (drive / f"acme/note{i}.md").unlink()
-        report = json.loads(cli(env, "sync", str(drive), "--json").stdout)
+        report = json.loads(cli(env, "sync", str(drive), "--tenant", "acme", "--json").stdout)
         assert report["deletes"] == 3 and report["applied"] == 3, report
 
         # An erasure with serve running: applied and purged by serve, confirmed within the bound.

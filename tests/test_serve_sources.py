@@ -24,13 +24,15 @@ def test_declared_source_is_watched_reconciled_and_backfilled(tmp_path: Path) ->
     home = tmp_path / "home"
     # A sync while no model can be loaded: BM25 only, and status says dense is off and incomplete.
     no_model = environment(home, RAGSYNC_EMBED_MODEL_PATH=str(tmp_path / "no-model"), RAGSYNC_EMBED_DOWNLOAD="false")
-    first = json.loads(cli(no_model, "sync", str(drive), "--json").stdout)
+    first = json.loads(cli(no_model, "sync", str(drive), "--tenant", "acme,globex", "--json").stdout)
     assert first["upserts"] == 4 and first["passages_embedded"] == 0
     before = json.loads(cli(no_model, "status").stdout)
     assert before["owner"] is None and before["dense"]["enabled"] is False and before["dense"]["complete"] is False
 
     config = tmp_path / "ragsync.toml"
-    config.write_text(f'[[sources]]\nname = "drive"\npath = "{drive}"\nwatch = true\ninterval_s = 600\n')
+    config.write_text(
+        f'[[sources]]\nname = "drive"\npath = "{drive}"\ntenants = ["acme", "globex"]\nwatch = true\ninterval_s = 600\n'
+    )
     env = environment(home, RAGSYNC_CONFIG=str(config))
     ann = token("acme", "ann", "staff")
     with Serve(env) as serve:

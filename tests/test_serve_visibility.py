@@ -46,7 +46,9 @@ def drive_with_problems(root: Path) -> Path:
 def test_pass_problems_are_logged_listed_by_status_and_degrade_readyz(tmp_path: Path) -> None:
     drive = drive_with_problems(tmp_path / "drive")
     config = tmp_path / "ragsync.toml"
-    config.write_text(f'[[sources]]\nname = "docs"\npath = "{drive}"\nwatch = true\ninterval_s = 600\n')
+    config.write_text(
+        f'[[sources]]\nname = "docs"\npath = "{drive}"\ntenants = ["acme"]\nwatch = true\ninterval_s = 600\n'
+    )
     env = environment(
         tmp_path / "home",
         RAGSYNC_CONFIG=str(config),
@@ -114,7 +116,10 @@ def test_unusable_sources_stop_serve_at_start_one_line_each(tmp_path: Path) -> N
     config = tmp_path / "ragsync.toml"
     env = environment(tmp_path / "home", RAGSYNC_CONFIG=str(config))
 
-    config.write_text(f'[[sources]]\nname = "docs"\npath = "{good}"\n\n[[sources]]\nname = "docs"\npath = "{wiki}"\n')
+    config.write_text(
+        f'[[sources]]\nname = "docs"\npath = "{good}"\ntenants = ["acme"]\n\n'
+        f'[[sources]]\nname = "docs"\npath = "{wiki}"\ntenants = ["acme"]\n'
+    )
     twice = cli(env, "serve", "--port", "0", check=False, timeout=60)
     assert twice.returncode == 2 and "Traceback" not in twice.stderr, twice.stderr
     assert twice.stderr.splitlines() == [
@@ -125,10 +130,10 @@ def test_unusable_sources_stop_serve_at_start_one_line_each(tmp_path: Path) -> N
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a folder\n")
     config.write_text(
-        f'[[sources]]\nname = "good"\npath = "{good}"\n\n'
-        f'[[sources]]\nname = "gone"\npath = "{tmp_path / "nowhere"}"\n\n'
-        f'[[sources]]\nname = "file"\npath = "{a_file}"\n\n'
-        f'[[sources]]\nname = "wiki"\nkind = "git"\npath = "{wiki}"\nref = "mian"\n'
+        f'[[sources]]\nname = "good"\npath = "{good}"\ntenants = ["acme"]\n\n'
+        f'[[sources]]\nname = "gone"\npath = "{tmp_path / "nowhere"}"\ntenants = ["acme"]\n\n'
+        f'[[sources]]\nname = "file"\npath = "{a_file}"\ntenants = ["acme"]\n\n'
+        f'[[sources]]\nname = "wiki"\nkind = "git"\npath = "{wiki}"\nref = "mian"\ntenants = ["acme"]\n'
     )
     bad = cli(env, "serve", "--port", "0", check=False, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr

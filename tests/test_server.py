@@ -96,7 +96,7 @@ def synced(tmp_path: Path) -> tuple[dict[str, str], str]:
         pytest.skip(f"no embedding model at {MODEL_PATH}")
     env = base_env(tmp_path)
     build_drive(tmp_path / "drive")
-    done = cli(env, "sync", str(tmp_path / "drive"), "--json")
+    done = cli(env, "sync", str(tmp_path / "drive"), "--tenant", "acme,globex", "--json")
     assert done.returncode == 0, done.stderr
     assert '"dense": true' in done.stdout
     issued = cli(env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff")

@@ -193,3 +193,19 @@ def test_dev_null_means_no_settings_file(in_tmp: Path) -> None:
     code, output = run({"RAGSYNC_CONFIG": os.devnull, "RAGSYNC_HOME": str(in_tmp / "home")})
 
     assert code == 0, output
+
+
+def test_a_declared_source_must_name_its_tenants(in_tmp: Path) -> None:
+    (in_tmp / "ragsync.toml").write_text('[[sources]]\nname = "docs"\npath = "/srv/docs"\n')
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    [problem] = caught.value.problems
+    assert "sources[0].tenants" in problem, problem
+
+    (in_tmp / "ragsync.toml").write_text('[[sources]]\nname = "docs"\npath = "/srv/docs"\ntenants = ["acme", "a b"]\n')
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert "sources[0].tenants[1]" in caught.value.problems[0]
+
+    (in_tmp / "ragsync.toml").write_text('[[sources]]\nname = "docs"\npath = "/srv/docs"\ntenants = ["acme"]\n')
+    assert load_settings().sources[0].tenants == ("acme",)

@@ -23,7 +23,7 @@ from connectors.state import ConnectorState, SourceConflict
 from connectors.webhook import signed_headers
 from query.tokens import issue_token
 from ragsync.cli import main
-from ragsync.demo import build_drive
+from ragsync.demo import TENANTS, build_drive
 from ragsync.pipeline import sync_folder
 from ragsync.server import server_app
 from ragsync.settings import Settings
@@ -63,7 +63,7 @@ def test_a_pusher_cannot_re_acl_a_drive_document(tmp_path: Path) -> None:
     settings = _settings(tmp_path, webhooks={"kb": {"secret": HOOK_SECRET, "tenants": ["acme"]}})
     components = build(settings)
     try:
-        sync_folder(components, drive)
+        sync_folder(components, drive, tenants=TENANTS)
         before = components.docs.get("acme", "drive:acme/hr/salaries.md")
         assert before is not None and before.acl == ("group:hr",)
         client = TestClient(server_app(components))
@@ -97,7 +97,7 @@ def test_the_indexer_dead_letters_an_event_outside_its_source_namespace(tmp_path
     build_drive(drive)
     components = build(_settings(tmp_path))
     try:
-        sync_folder(components, drive)
+        sync_folder(components, drive, tenants=TENANTS)
         forged = {
             "event_id": make_event_id("kb", "acme", "drive:acme/hr/salaries.md", 9, EventKind.ACL),
             "kind": "acl",
@@ -188,22 +188,24 @@ def test_two_drives_with_one_name_are_refused_until_one_is_renamed(tmp_path: Pat
     build_drive(first)
     build_drive(second)
     (second / "acme/hr/salaries.md").write_text("# Salary bands\n\nA second drive's copy.\n")
-    assert _cli(tmp_path, "sync", str(first), "--json").exit_code == 0
-    refused = _cli(tmp_path, "sync", str(second), "--json")
+    assert _cli(tmp_path, "sync", str(first), "--tenant", "acme,globex", "--json").exit_code == 0
+    refused = _cli(tmp_path, "sync", str(second), "--tenant", "acme,globex", "--json")
     assert refused.exit_code == 2
     assert f"source name 'docs' already belongs to drive:{first.resolve()}" in refused.output
     assert "--source" in refused.output
 
-    renamed = _cli(tmp_path, "sync", str(second), "--source", "docs-b", "--json")
+    renamed = _cli(tmp_path, "sync", str(second), "--tenant", "acme,globex", "--source", "docs-b", "--json")
     assert renamed.exit_code == 0 and json.loads(renamed.output)["upserts"] == 4
-    assert json.loads(_cli(tmp_path, "sync", str(first), "--json").output)["upserts"] == 0, "first drive untouched"
+    assert json.loads(_cli(tmp_path, "sync", str(first), "--tenant", "acme,globex", "--json").output)["upserts"] == 0, (
+        "first drive untouched"
+    )
     components = build(_settings(tmp_path), with_embedder=False)
     try:
         assert components.lexical.count("acme", "docs:acme/hr/salaries.md") >= 1
         assert components.lexical.count("acme", "docs-b:acme/hr/salaries.md") >= 1
     finally:
         components.close()
-    bad = _cli(tmp_path, "sync", str(second), "--source", "Not Valid")
+    bad = _cli(tmp_path, "sync", str(second), "--tenant", "acme,globex", "--source", "Not Valid")
     assert bad.exit_code == 2 and "invalid source name" in bad.output
 
 
@@ -213,7 +215,7 @@ def test_a_webhook_cannot_take_a_drive_s_name(tmp_path: Path) -> None:
     settings = _settings(tmp_path, webhooks={"drive": {"secret": HOOK_SECRET, "tenants": ["acme"]}})
     components = build(settings)
     try:
-        sync_folder(components, drive)
+        sync_folder(components, drive, tenants=TENANTS)
         with pytest.raises(SourceConflict, match="source name 'drive' already belongs to drive:"):
             server_app(components)
     finally:
@@ -229,5 +231,5 @@ def test_a_home_from_before_namespacing_is_refused_with_a_clear_message(tmp_path
         )
     drive = tmp_path / "drive"
     build_drive(drive)
-    result = _cli(tmp_path, "sync", str(drive))
+    result = _cli(tmp_path, "sync", str(drive), "--tenant", "acme,globex")
     assert result.exit_code == 2 and "before doc IDs were namespaced by source" in result.output

@@ -36,7 +36,9 @@ def test_sync_a_git_wiki_then_ask(tmp_path: Path) -> None:
         "RAGSYNC_SESSION_SECRET": "s",
     }
     runner = CliRunner()
-    out = runner.invoke(main, ["sync", str(repo), "--git", "--json"], env=env, catch_exceptions=False)
+    out = runner.invoke(
+        main, ["sync", str(repo), "--tenant", "acme,globex", "--git", "--json"], env=env, catch_exceptions=False
+    )
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["upserts"] == 4
     token = issue_token("s", Principal(tenant="globex", user="gus", groups=("staff",)))

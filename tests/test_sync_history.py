@@ -84,9 +84,9 @@ def test_a_sync_refused_for_another_sources_name_is_not_a_pass_of_it(tmp_path: P
     home = tmp_path / "home"
     components = build(Settings(home=home, embed_model_path=None))
     try:
-        publish_source(components, DriveConnector(drive(tmp_path / "a"), "docs", refuse=[home]))
+        publish_source(components, DriveConnector(drive(tmp_path / "a"), "docs", tenants=["acme"], refuse=[home]))
         with pytest.raises(SourceConflict):
-            publish_source(components, DriveConnector(drive(tmp_path / "b"), "docs", refuse=[home]))
+            publish_source(components, DriveConnector(drive(tmp_path / "b"), "docs", tenants=["acme"], refuse=[home]))
     finally:
         components.close()
     assert source_health(home, ["docs"]) == {}

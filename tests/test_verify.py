@@ -42,7 +42,7 @@ def _verify(tmp_path: Path) -> tuple[int, dict[str, Any]]:
 def synced(tmp_path: Path) -> Path:
     drive = tmp_path / "drive"
     build_drive(drive)
-    assert _cli(tmp_path, "sync", str(drive)).exit_code == 0
+    assert _cli(tmp_path, "sync", str(drive), "--tenant", "acme,globex").exit_code == 0
     return drive
 
 
@@ -64,7 +64,7 @@ def test_in_sync_through_edit_revocation_and_deletion(tmp_path: Path, synced: Pa
     (synced / "acme/policies/refunds.md").write_text(REFUNDS_V2)
     (synced / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
     (synced / "globex/refunds.md").unlink()
-    assert _cli(tmp_path, "sync", str(synced)).exit_code == 0
+    assert _cli(tmp_path, "sync", str(synced), "--tenant", "acme,globex").exit_code == 0
     code, report = _verify(tmp_path)
     assert code == 0 and report["ok"], report
     assert report["tombstones"] == 1 and report["documents"] == 3
@@ -87,7 +87,7 @@ def test_an_acl_left_behind_in_one_store_is_drift(tmp_path: Path, synced: Path) 
 
 def test_passages_left_after_a_deletion_and_missing_vectors_are_drift(tmp_path: Path, synced: Path) -> None:
     (synced / "acme/hr/salaries.md").unlink()
-    assert _cli(tmp_path, "sync", str(synced)).exit_code == 0
+    assert _cli(tmp_path, "sync", str(synced), "--tenant", "acme,globex").exit_code == 0
     components = _components(tmp_path)
     try:
         from conftest import make_passage
@@ -105,8 +105,8 @@ def test_passages_left_after_a_deletion_and_missing_vectors_are_drift(tmp_path: 
 
 
 def test_an_event_published_but_never_applied_is_pending_then_drift_once_lost(tmp_path: Path, synced: Path) -> None:
-    (synced / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:board"]\n')
-    assert _cli(tmp_path, "sync", str(synced), "--no-apply").exit_code == 0
+    (synced / "acme/hr/.ragsync-acl.toml").write_text("read = []\n")
+    assert _cli(tmp_path, "sync", str(synced), "--tenant", "acme,globex", "--no-apply").exit_code == 0
     code, report = _verify(tmp_path)
     assert code == 3, report
     assert {(f["doc_id"], f["kind"]) for f in report["pending"]} == {(SALARIES, "behind")}

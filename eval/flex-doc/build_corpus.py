@@ -27,6 +27,8 @@ sys.path.insert(0, str(HERE.parent))
 from corpuskit import DebianDoc, build, build_main, ensure_package  # noqa: E402
 
 DOC = DebianDoc("flex-doc", "2.6.4-8.2", Path("/usr/share/doc/flex-doc/html"))
+TENANTS = ("lexdocs", "lexfaq")
+"""The tenants the corpus is synced with (`ragsync sync --tenant`, as in run.sh): its manifests name only these."""
 
 _MANUAL_FULL = [
     "Introduction", "Simple-Examples", "Format", "Definitions-Section", "Rules-Section", "User-Code-Section",

@@ -27,7 +27,7 @@ cd "$repo"
 python3 "$here/build_corpus.py" --variant "$variant" --out "$out"
 python3 "$here/verify_gold.py" "$out/questions.jsonl" --corpus "$out/corpus" --passages
 start=$(date +%s)
-python3 -m ragsync.cli sync "$out/corpus" --json >"$out/sync.json"
+python3 -m ragsync.cli sync "$out/corpus" --tenant lexdocs --tenant lexfaq --json >"$out/sync.json"
 echo "sync: $(($(date +%s) - start))s $(tr -d '\n ' <"$out/sync.json")"
 mkdir -p bench/results
 python3 -m ragsync.cli eval "$out/questions.jsonl" --out "bench/results/eval-$name$suffix.json" "$@"

@@ -28,6 +28,8 @@ sys.path.insert(0, str(HERE.parent))
 from corpuskit import DebianDoc, build, build_main, ensure_package  # noqa: E402
 
 DOC = DebianDoc("git-doc", "1:2.39.5-0+deb12u3", Path("/usr/share/doc/git-doc"))
+TENANTS = ("gitdocs", "gitschool")
+"""The tenants the corpus is synced with (`ragsync sync --tenant`, as in run.sh): its manifests name only these."""
 
 _COMMANDS_FULL = [
     "stash", "rebase", "commit", "reset", "restore", "switch", "branch", "tag", "merge", "cherry-pick",

@@ -34,6 +34,8 @@ HERE = Path(__file__).resolve().parent
 MANUAL = Path("/usr/share/doc/python3.11/html")
 SOURCE = "corpus"
 """The corpus is synced with `--source corpus`: gold doc IDs are `corpus:<path in the corpus>`."""
+TENANTS = ("pydocs", "pyschool")
+"""The tenants the corpus is synced with (`ragsync sync --tenant`, as in run.sh): its manifests name only these."""
 
 
 def corpus_path(doc_id: str) -> str:

@@ -83,3 +83,25 @@ def error(message: str) -> None:
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     error(message)
     sys.exit(code)
+
+
+def declared_tenants(values: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """The tenants named with `--tenant` (repeatable, or comma-separated), checked; none is a usage error.
+
+    A source's tenants are declared by whoever runs the command, never taken from a manifest in
+    the source: a folder's writer must not be able to move documents into another tenant.
+    """
+    from connectors.access import check_tenants
+
+    tenants = tuple(sorted({t.strip() for value in values for t in value.split(",") if t.strip()}))
+    if not tenants:
+        fail(
+            f"{what}: name the tenants the source may hold with --tenant (e.g. --tenant acme --tenant globex); "
+            "a manifest may name only a declared tenant",
+            EXIT_USAGE,
+        )
+    try:
+        check_tenants(tenants)
+    except ValueError as exc:
+        fail(f"--tenant: {exc}", EXIT_USAGE)
+    return tenants

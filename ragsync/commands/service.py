@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, error, fail, note, settings_of
+from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, declared_tenants, error, fail, note, settings_of
 from ragsync.home_lock import HomeLock, HomeOwned, OwnerInfo
 from ragsync.settings import Settings
 from ragsync.sources import SourceSettings
@@ -24,7 +24,9 @@ from ragsync.wiring import build
 from schemas.events import source_name_from
 
 
-def _sources(settings: Settings, watch: tuple[Path, ...], interval_s: float) -> list[SourceSettings]:
+def _sources(
+    settings: Settings, watch: tuple[Path, ...], interval_s: float, tenants: tuple[str, ...]
+) -> list[SourceSettings]:
     declared = list(settings.sources)
     names = {s.name for s in declared}
     for i, path in enumerate(watch):
@@ -32,7 +34,9 @@ def _sources(settings: Settings, watch: tuple[Path, ...], interval_s: float) -> 
         while name in names:
             name = f"{name[:28]}-{i}"
         names.add(name)
-        declared.append(SourceSettings(name=name, kind="drive", path=path, watch=True, interval_s=interval_s))
+        declared.append(
+            SourceSettings(name=name, kind="drive", path=path, tenants=tenants, watch=True, interval_s=interval_s)
+        )
     return declared
 
 
@@ -88,6 +92,13 @@ def _take_home(settings: Settings, command: str, api: str | None) -> HomeLock:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Keep this folder in sync as it changes (repeatable), besides the [[sources]] of the settings file.",
 )
+@click.option(
+    "--tenant",
+    "--tenants",
+    "tenant",
+    multiple=True,
+    help="With --watch: a tenant the watched folders may hold (repeatable, or comma-separated; required).",
+)
 @click.option("--interval", default=300.0, show_default=True, help="With --watch: seconds between full passes.")
 @click.pass_context
 def serve(
@@ -97,6 +108,7 @@ def serve(
     ssl_certfile: str | None,
     ssl_keyfile: str | None,
     watch: tuple[Path, ...],
+    tenant: tuple[str, ...],
     interval: float,
 ) -> None:
     """Answer questions over HTTP while keeping the indexes in sync.
@@ -140,7 +152,9 @@ def serve(
         fail("--ssl-certfile and --ssl-keyfile go together", EXIT_USAGE)
     settings = settings_of(ctx)
     logging.getLogger("ragsync.http").setLevel(logging.INFO)
-    sources = _sources(settings, watch, interval)
+    if tenant and not watch:
+        fail("--tenant declares the tenants of --watch folders ([[sources]] declare their own tenants)", EXIT_USAGE)
+    sources = _sources(settings, watch, interval, declared_tenants(tenant, "serve --watch") if watch else ())
     _check_sources(settings, sources)
     names = [s.name for s in sources]
     # Embedded: serve owns the home. Cluster: it owns nothing but, with sources, their connector

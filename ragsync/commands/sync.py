@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ragsync.commands.common import EXIT_PARTIAL, EXIT_USAGE, fail, note, settings_of, warn
+from ragsync.commands.common import EXIT_PARTIAL, EXIT_USAGE, declared_tenants, fail, note, settings_of, warn
 from ragsync.home_lock import HomeLock, OwnerInfo, current_owner
 from ragsync.pipeline import Published, apply_events, publish_source, wait_applied
 from ragsync.settings import Settings
@@ -43,6 +43,14 @@ from streams.dispatch import Stats
     default=None,
     help="Source name: the namespace of this source's doc IDs (<source>:<path>). Default: from the folder's name.",
 )
+@click.option(
+    "--tenant",
+    "--tenants",
+    "tenant",
+    multiple=True,
+    help="A tenant this source may hold (repeatable, or comma-separated; required): a manifest naming any other "
+    "tenant locks its folder.",
+)
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
 @click.option("--no-wait", is_flag=True, help="With a running `ragsync serve`: return once published.")
@@ -59,6 +67,7 @@ def sync(
     subdir: str,
     url_base: str | None,
     source_name: str | None,
+    tenant: tuple[str, ...],
     force: bool,
     no_apply: bool,
     no_wait: bool,
@@ -74,7 +83,9 @@ def sync(
     serve applies them and sync waits until it has (progress shown; --no-wait returns at once). In
     the cluster profile the events go to Kafka and `ragsync worker` applies them. Documents are known
     as <source>:<path>; a source name stays bound to its folder or repository, so a second source
-    must be given another --source.
+    must be given another --source. --tenant declares the tenants the source may hold: a manifest
+    may name only those (and below a tenant only that tenant), so no folder's writer can move its
+    files into another tenant.
 
     With --watch, sync keeps running: every change of the folder (debounced) is published as it
     happens, and a full pass, the only one that may delete, runs every --interval seconds and as
@@ -93,11 +104,12 @@ def sync(
     settings = settings_of(ctx)
     if watch and is_git:
         fail("--watch watches a folder; declare a git repository in [[sources]] with an interval_s", EXIT_USAGE)
+    tenants = declared_tenants(tenant, "sync")
     try:
         connector: SourceConnector = (
-            GitWikiConnector(path, ref=ref, subdir=subdir, name=source_name)
+            GitWikiConnector(path, tenants=tenants, ref=ref, subdir=subdir, name=source_name)
             if is_git
-            else DriveConnector(path, source_name, refuse=[settings.home], url_base=url_base)
+            else DriveConnector(path, source_name, tenants=tenants, refuse=[settings.home], url_base=url_base)
         )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
