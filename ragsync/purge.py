@@ -83,11 +83,6 @@ class Purger:
         by_store = self._coverage()
         return [s for s in stores if by_store.get(s, 0) < last]
 
-    def covered(self) -> int:
-        """The audit seq up to which every purgeable store has been purged (0: never)."""
-        by_store = self._coverage()
-        return min((by_store.get(name, 0) for name, _ in self._targets()), default=0)
-
     def pending(self) -> int:
         """How many stores still have to purge the last deletion (0: nothing to purge)."""
         return len(self.lagging())
