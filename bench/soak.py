@@ -146,7 +146,8 @@ class Soak:
         self.drive, self.extra = build(root, args.docs)
         config = root / "ragsync.toml"
         config.write_text(
-            f'[[sources]]\nname = "drive"\npath = "{self.drive}"\nwatch = true\ninterval_s = {args.interval_s}\n\n'
+            f'[[sources]]\nname = "drive"\npath = "{self.drive}"\ntenants = ["acme"]\nwatch = true\n'
+            f"interval_s = {args.interval_s}\n\n"
             f'[webhooks.crm]\nsecret = "{HOOK}"\ntenants = ["acme"]\n'
         )
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
@@ -306,7 +307,7 @@ class Soak:
     def command(self, name: str, i: int) -> None:
         if name == "sync":
             (self.extra / f"acme/x{i % 5}.md").write_text(text(f"Extra {i % 5}", i))
-            self.cli(name, "sync", str(self.extra), "--json")
+            self.cli(name, "sync", str(self.extra), "--tenant", "acme", "--json")
             self.events["sync (CLI)"] += 1
         elif name == "ask":
             self.cli(name, "ask", "Where did the ledger desk move?", "--token", self.token, "--json")
