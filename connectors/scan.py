@@ -255,7 +255,7 @@ async def scan(
             )
         except _FetchFailed as exc:
             report.fetch_failed = True
-            own_errors.append(f"{doc.doc_id}: {exc}")
+            own_errors.append(f"{shown(doc.doc_id)}: {exc}")
             continue
         except Exception as exc:
             # One document's bad content (an unreadable file, an impossible date, a file over its
@@ -263,7 +263,7 @@ async def scan(
             # is not deleted, and it keeps its last good content and its fingerprint, so the next
             # scan reads it again and reports it again until it is fixed. Its revocation, if any,
             # went out in the listing pass; a widening waits for content that can be read.
-            own_errors.append(f"{doc.doc_id}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
+            own_errors.append(f"{shown(doc.doc_id)}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
             continue
         if event is not None:
             assert isinstance(event.payload, UpsertPayload)

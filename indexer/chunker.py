@@ -35,7 +35,7 @@ from indexer.chunking.plain import read_text
 from indexer.chunking.rst import read_rst
 from indexer.chunking.sentences import sentences
 from indexer.chunking.sizing import apply_lead_ins, merge, size
-from indexer.chunking.units import Chunk, Locus, Reader, Unchunkable, Unit, UnitBuilder
+from indexer.chunking.units import Chunk, Locus, Reader, Unchunkable, Unit, UnitBuilder, amplification_limit
 from schemas.events import EXTRACTED_CONTENT_TYPES
 from schemas.events import TextContentType as ContentType
 from schemas.extracted import ExtractedDocument, Table
@@ -54,11 +54,6 @@ __all__ = [
     "chunk_extracted",
     "chunk_units",
 ]
-
-MAX_AMPLIFICATION = 8
-AMPLIFICATION_SLACK = 4 * 1024 * 1024
-"""A document's passages may hold 8 times its text, plus 4 MiB: a header repeated on every row of a
-wide table stays well inside; a header repeated on a million one-character rows does not."""
 
 # Bump whenever output for the same input may change (v2: boilerplate removal; v3: repeated header
 # rows, inherited definition terms and list indentation bounded, and amplification refused, issue 18).
@@ -96,13 +91,14 @@ def chunk_units(units: list[Unit], max_chars: int = 1000, *, source_chars: int |
     """Sizing, lead-ins, merging and anchors for units any reader produced (the entry for new formats).
 
     Raises Unchunkable when the passages would hold more than MAX_AMPLIFICATION times the source's
-    `source_chars` (plus AMPLIFICATION_SLACK): the worker's memory for one document stays bounded.
+    `source_chars` (plus AMPLIFICATION_SLACK, indexer.chunking.units): the worker's memory for one
+    document stays bounded.
     """
     if max_chars < 40:
         raise ValueError("max_chars must be at least 40 so a prefix and some text fit in a chunk")
     if source_chars is None:
         source_chars = sum(len(text) for unit in units for text, _ in unit.parts)
-    limit = MAX_AMPLIFICATION * source_chars + AMPLIFICATION_SLACK
+    limit = amplification_limit(source_chars)
     return anchor_pieces(merge(size(apply_lead_ins(units, max_chars), max_chars, limit), max_chars))
 
 
@@ -161,6 +157,12 @@ class IsolatedChunker:
 
     def close(self) -> None:
         self._pool.close()
+
+    def __enter__(self) -> IsolatedChunker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _chunk_here(content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:

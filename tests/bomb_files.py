@@ -74,7 +74,6 @@ def pdf_operators_bomb(operators: int = 150_000) -> bytes:
     return out.getvalue()
 
 
-
 def nested_html(depth: int = 200_000, closed: bool = False) -> bytes:
     """`depth` nested <div>s around one sentence (2 MB for 200k), left open unless `closed`."""
     text = "<html><body>" + "<div>" * depth + "<p>The deepest sentence.</p>"
@@ -90,10 +89,10 @@ def deep_rst_list(depth: int = 2000) -> bytes:
 
 
 def one_line_csv(size: int = 9 * 1024 * 1024) -> bytes:
-    """A header and one record on a single line each, `size` bytes in all: a million columns."""
-    cells = size // 2 // 6
-    header = ",".join(f"c{i:04d}" for i in range(cells))
-    record = ",".join("v" * 5 for _ in range(cells))
+    """A header and one record on a single line each, `size` bytes in all: over half a million columns."""
+    cells = size // 2 // 8
+    header = ",".join(f"c{i:06d}" for i in range(cells))
+    record = ",".join("v" * 7 for _ in range(cells))
     return f"{header}\n{record}\n".encode()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -722,3 +722,55 @@ async def test_url_base_from_the_root_manifest(harness: Harness, drive: Path) ->
     write(drive, {"acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\nurl_base = "https://x.example"\n'})
     report, _ = await harness.run(DriveConnector(drive, tenants=TENANTS, url_base="https://argument.example"))
     assert any("url_base is only read from the root manifest" in e for e in report.errors)
+
+
+# ------------------------------------------------------------------ revocations never wait for content (issue 18)
+
+
+async def test_revocations_moves_and_deletions_are_published_before_any_content_is_read(
+    harness: Harness, drive: Path
+) -> None:
+    """One slow file held back every revocation of its scan (210 s with serve running): now what the
+    listing decides is published, and flushed, before the first byte of content is fetched."""
+    await harness.run()
+    (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr"]\n')  # the CEO loses both HR files
+    (drive / "acme/hr/salaries.md").write_text("Salary bands\n============\n\nSenior: 95,000.\n")  # and it changed
+    (drive / "globex/.ragsync-acl.toml").write_text('tenant = "initech"\nread = []\n')  # globex/ moves tenant
+    (drive / "acme/policies/refunds.md").unlink()
+    (drive / "acme/board.md").write_text("# Board minutes\n\nNew plans.\n")
+    log: list[tuple[str, str, str]] = []
+
+    class Watched(DriveConnector):
+        async def documents(self) -> AsyncIterator[SourceDocument]:
+            async for doc in super().documents():
+
+                async def fetch(doc: SourceDocument = doc) -> bytes:
+                    log.append(("fetch", "", doc.doc_id))
+                    return await doc.fetch()
+
+                yield replace(doc, fetch=fetch)
+
+    def publish_many(batch: Sequence[Event]) -> None:
+        log.extend(("publish", e.kind.value, doc_path(e.doc_id)) for e in batch)
+        harness.events.extend(batch)
+
+    report = await scan(
+        Watched(drive), harness.state, harness.events.append, now=lambda: NOW, publish_many=publish_many
+    )
+    first_fetch = next(i for i, entry in enumerate(log) if entry[0] == "fetch")
+    assert sorted(log[:first_fetch]) == [
+        ("publish", "acl", "acme/hr/notes.txt"),
+        ("publish", "acl", "acme/hr/salaries.md"),
+        ("publish", "delete", "acme/policies/refunds.md"),
+        ("publish", "delete", "globex/refunds.md"),
+    ], "every revocation, move and deletion before any content"
+    assert {entry[2] for entry in log[first_fetch:] if entry[0] == "fetch"} == {
+        "acme/board.md",
+        "acme/hr/salaries.md",
+        "globex/refunds.md",
+    }
+    events = by_doc(harness.events[-7:])
+    assert events["acme/hr/salaries.md"].kind is EventKind.UPSERT and upsert(events["acme/hr/salaries.md"]).acl == (
+        "group:hr",
+    )
+    assert (report.acl_changes, report.deletes, report.upserts, report.errors) == (2, 2, 3, [])

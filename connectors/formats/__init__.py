@@ -7,8 +7,9 @@ says why the event carries text and not the file). Either way a file that cannot
 ValueError for that document alone: `BinaryContent` (text that is not text) or `Unreadable`
 (a PDF or DOCX that cannot be opened, with the reason).
 
-This runs in a worker thread (connectors.scan): a 500-page PDF takes seconds to extract, and the
-process that scans may also be serving questions.
+The scanner calls it through connectors.extract: PDF, DOCX, reST and large files in a child process
+within a time and memory budget (a 500-page PDF takes seconds, a hostile one minutes or gigabytes,
+and the process that scans may also be serving questions), small text files in a worker thread.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 
-from indexer.chunking.units import Locus, Unit, UnitBuilder, collapse, row_line
+from indexer.chunking.units import Locus, Unit, UnitBuilder, amplification_limit, collapse, row_line, too_amplified
 
 _SNIFF_LINES = 50
 _DELIMITERS = ",;\t|"
@@ -63,9 +64,9 @@ def _delimiter(content: str) -> str:
     return best
 
 
-def _records(content: str, delimiter: str) -> list[list[str]]:
+def _records(content: str, delimiter: str) -> Iterator[list[str]]:
     dialect = type("_Read", (_Dialect,), {"delimiter": delimiter})
-    return list(csv.reader(io.StringIO(content, newline=""), dialect))
+    return csv.reader(io.StringIO(content, newline=""), dialect)
 
 
 def _read(content: str, delimiter: str) -> list[Unit]:
@@ -74,6 +75,7 @@ def _read(content: str, delimiter: str) -> list[Unit]:
     header: list[str] | None = None
     group = b.new_group()
     heads: dict[int, str] = {}  # the header line per row width, made once: every row shares it
+    limit, total = amplification_limit(len(content)), 0  # refused while reading, not after a million rows
     for number, record in enumerate(records, 1):
         cells = [collapse(cell) for cell in record]
         if not any(cells):
@@ -88,6 +90,9 @@ def _read(content: str, delimiter: str) -> list[Unit]:
         if head is None:
             head = heads[width] = row_line(header + [""] * (width - len(header)))
         unit.prefix.append(head)
+        total += len(head) + len(unit.parts[0][0])
+        if total > limit:
+            raise too_amplified(limit)
     if header is not None and not b.units:
         b.unit("row", group=group, locus=Locus("row", 1, 1)).prefix.append(row_line(header))
     return b.units

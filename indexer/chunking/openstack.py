@@ -9,7 +9,7 @@ open, so the answer is the comparison of two positions whatever the depth.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -33,22 +33,27 @@ class OpenStack(Generic[T]):
         self.items.append(item)
 
     def pop(self) -> T:
-        self._at[self._tags.pop()].pop()
+        tag = self._tags.pop()
+        at = self._at[tag]
+        at.pop()
+        if not at:
+            del self._at[tag]  # only open names are kept, so `nearest` looks at a handful of them
         return self.items.pop()
 
     def top(self) -> T:
         return self.items[-1]
 
-    def nearest(self, tags: Iterable[str]) -> int:
+    def nearest(self, tags: Collection[str]) -> int:
         """Index of the innermost open element with one of these names; -1 when none is open."""
         best = -1
-        for tag in tags:
+        names = tags if len(tags) <= len(self._at) else [t for t in self._at if t in tags]
+        for tag in names:
             at = self._at.get(tag)
             if at and at[-1] > best:
                 best = at[-1]
         return best
 
-    def in_scope(self, tags: Iterable[str], scope: Iterable[str]) -> int:
+    def in_scope(self, tags: Collection[str], scope: Collection[str]) -> int:
         """Index of the innermost open element named `tags` with no `scope` element inside it; -1 if none."""
         found = self.nearest(tags)
         return found if found > self.nearest(scope) else -1

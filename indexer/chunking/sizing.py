@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from indexer.chunking.sentences import pack, split_part
-from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unchunkable, Unit, span
+from indexer.chunking.units import LEAD_TARGETS, MERGEABLE, Piece, Unit, span, too_amplified
 
 _LEAD_IN_MAX_FRACTION = 4
 
@@ -63,9 +63,7 @@ def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Pi
                 pieces.append(Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text, unit.locus))
                 total += len(text)
         if limit is not None and total > limit:
-            raise Unchunkable(
-                f"its passages would hold over {limit} characters (headers or terms repeated on every row or item)"
-            )
+            raise too_amplified(limit)
     return pieces
 
 

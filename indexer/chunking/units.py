@@ -58,6 +58,22 @@ class Unchunkable(ValueError):
     passages would repeat its headers to many times its size): that document's error, never a worker's."""
 
 
+MAX_AMPLIFICATION = 8
+AMPLIFICATION_SLACK = 4 * 1024 * 1024
+"""A document's passages may hold 8 times its text, plus 4 MiB: a header repeated on every row of a
+wide table stays well inside; a header repeated on a million one-character rows does not."""
+
+
+def amplification_limit(source_chars: int) -> int:
+    return MAX_AMPLIFICATION * source_chars + AMPLIFICATION_SLACK
+
+
+def too_amplified(limit: int) -> Unchunkable:
+    return Unchunkable(
+        f"its passages would hold over {limit} characters (headers or terms repeated on every row or item)"
+    )
+
+
 MAX_PREFIX_LINES = 8
 """Lines a reader repeats on every unit of a group (table header rows, enclosing definition terms): a
 table with 10,000 header rows would otherwise copy all of them onto each of its 10,000 rows."""

@@ -79,8 +79,9 @@ def sync(
     """Scan PATH (a folder, or a git wiki with --git) for changes and apply them to every store and cache.
 
     Emits an upsert per new or changed document, an ACL event per permission change and a delete per
-    removed file (only after a scan with no read errors). While `ragsync serve` owns the home, the
-    serve applies them and sync waits until it has (progress shown; --no-wait returns at once). In
+    removed file (only after a listing with no read errors); ACL changes and deletes are published
+    before any content is read. While `ragsync serve` owns the home, the serve applies them and
+    sync waits until it has (progress shown; --no-wait returns at once). In
     the cluster profile the events go to Kafka and `ragsync worker` applies them. Documents are known
     as <source>:<path>; a source name stays bound to its folder or repository, so a second source
     must be given another --source. --tenant declares the tenants the source may hold: a manifest
@@ -92,8 +93,8 @@ def sync(
     soon as a file was removed.
 
     \b
-    Exit status: 0 synced; 3 synced, but some documents could not be read (listed; nothing
-    was deleted); 2 bad usage; 1 a store unreachable, e.g. Kafka down (kafka_connect_timeout_s) or
+    Exit status: 0 synced; 3 synced, but some documents could not be read (listed; they are kept,
+    never deleted); 2 bad usage; 1 a store unreachable, e.g. Kafka down (kafka_connect_timeout_s) or
     events not acknowledged: those are not recorded as synced, and the next sync sends them again.
     """
     from connectors.base import SourceConnector
@@ -282,7 +283,7 @@ def _report(summary: dict[str, Any], published: Published, as_json: bool, prefix
     for decoded in published.scan.decoded:
         note(f"not UTF-8: {decoded}")
     if published.scan.deletes_skipped:
-        warn("deletions skipped: the scan had read errors, nothing was removed")
+        warn("deletions skipped: the listing had read errors (it may be incomplete), nothing was removed")
     counts = {k: len(v) if k in ("skipped", "decoded") else v for k, v in summary.items() if k != "errors"}
     click.echo(prefix + " ".join(f"{k}={v}" for k, v in counts.items()))
 
