@@ -755,7 +755,11 @@ async def test_revocations_moves_and_deletions_are_published_before_any_content_
         harness.events.extend(batch)
 
     report = await scan(
-        Watched(drive), harness.state, harness.events.append, now=lambda: NOW, publish_many=publish_many
+        Watched(drive, tenants=TENANTS),
+        harness.state,
+        harness.events.append,
+        now=lambda: NOW,
+        publish_many=publish_many,
     )
     first_fetch = next(i for i, entry in enumerate(log) if entry[0] == "fetch")
     assert sorted(log[:first_fetch]) == [
