@@ -210,7 +210,8 @@ def revocation(root: Path, rounds: int) -> dict[str, Any]:
 
     home, drive = root / "home", root / "drive"
     (drive / "acme").mkdir(parents=True)
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    grants = "".join(f'[folders."v{i}"]\nread = ["group:staff", "group:vault-admins"]\n\n' for i in range(rounds))
+    (drive / "acme/.ragsync-acl.toml").write_text(f'tenant = "acme"\nread = ["group:staff"]\n\n{grants}')
     for i in range(rounds):
         (drive / f"acme/v{i}").mkdir()
         (drive / f"acme/v{i}/.ragsync-acl.toml").write_text('read = ["group:staff"]\n')

@@ -52,7 +52,9 @@ def _peak_rss() -> int:
 
 def _drive(root: Path) -> Path:
     files = {
-        "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n',
+        "acme/.ragsync-acl.toml": (
+            'tenant = "acme"\nread = ["group:staff"]\n\n[folders."hr"]\nread = ["group:hr", "group:hr-leads"]\n'
+        ),
         "acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\n',
         "acme/hr/salaries.md": "# Salaries\n\nThe senior band is 90,000 EUR.\n",
         "acme/refunds.md": "# Refunds\n\nRefunds are paid within 14 days.\n",

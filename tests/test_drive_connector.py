@@ -549,7 +549,8 @@ async def test_acl_change_is_narrowed_at_once_and_widened_only_with_content_read
 
 async def test_a_widened_acl_on_unchanged_content_is_applied_in_the_listing_pass(harness: Harness, drive: Path) -> None:
     await harness.run()
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')  # board.md: staff
+    # board.md: staff (the [files] rule goes; the rest of the manifest stays)
+    (drive / "acme/.ragsync-acl.toml").write_text(ACME.replace('[files."board.md"]\nread = ["group:board"]\n\n', ""))
     report, events = await harness.run()
     assert [(doc_path(e.doc_id), e.payload) for e in events] == [("acme/board.md", AclPayload(acl=("group:staff",)))]
     assert (report.acl_changes, report.upserts) == (1, 0)

@@ -38,7 +38,10 @@ TIMEOUT_S = 20
 def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) -> None:
     drive = tmp_path / "drive"
     files = {
-        "acme/.ragsync-acl.toml": 'tenant = "acme"\nread = ["group:staff"]\n',
+        "acme/.ragsync-acl.toml": (
+            'tenant = "acme"\nread = ["group:staff"]\n\n'
+            '[folders."vault"]\nread = ["group:staff", "group:vault-admins"]\n'
+        ),
         "acme/vault/.ragsync-acl.toml": 'read = ["group:staff"]\n',
         "acme/vault/code.md": "# Vault access\n\nThe access code for the vault is 4417-ledger. It changes yearly.\n",
         "acme/refunds.md": "# Refunds\n\nRefunds are paid within 14 days.\n",
