@@ -90,7 +90,8 @@ def test_pass_problems_are_logged_listed_by_status_and_degrade_readyz(tmp_path: 
             "---\neffective_from: 2026-02-28\n---\n# Parking\n\nStaff park on level 3.\n"
         )
         (drive / "acme/policies/travel.pdf").unlink()
-        (drive / "acme/payroll/.ragsync-acl.toml").write_text('read = ["group:payroll"]\n')
+        # Fixed, and within what the root grants (a manifest may only narrow: issue 18).
+        (drive / "acme/payroll/.ragsync-acl.toml").write_text('read = ["group:staff"]\n')
         healed = until(lambda: (b := serve.ready())["status"] == "ready" and b, 60, "a clean pass")
         assert healed["degraded"] == {}
         (docs,) = json.loads(cli(env, "status", "--json").stdout)["sources"]
