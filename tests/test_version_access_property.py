@@ -50,8 +50,9 @@ from streams.ports import Record, topic_for
 # A rotating seed: every run tries other histories (a failure prints the one to reproduce it with).
 settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 settings.register_profile("long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("bench", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-CLUSTER_EXAMPLES = 25 if PROFILE == "ci" else 300
+CLUSTER_EXAMPLES = {"ci": 25, "bench": 100}.get(PROFILE, 300)
 
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 """Stores of thrown-away histories in memory: hundreds of histories, each with its own files."""
