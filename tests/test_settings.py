@@ -107,8 +107,9 @@ def test_two_sources_with_one_name_are_refused_by_every_command(in_tmp: Path) ->
     (in_tmp / "a").mkdir()
     (in_tmp / "b").mkdir()
     (in_tmp / "ragsync.toml").write_text(
-        '[[sources]]\nname = "docs"\npath = "a"\n\n[[sources]]\nname = "wiki"\npath = "b"\n\n'
-        '[[sources]]\nname = "docs"\npath = "b"\n'
+        '[[sources]]\nname = "docs"\npath = "a"\ntenants = ["acme"]\n\n'
+        '[[sources]]\nname = "wiki"\npath = "b"\ntenants = ["acme"]\n\n'
+        '[[sources]]\nname = "docs"\npath = "b"\ntenants = ["acme"]\n'
     )
 
     code, output = run({"RAGSYNC_HOME": str(in_tmp / "home")})
