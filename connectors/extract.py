@@ -31,15 +31,19 @@ __all__ = ["CHILD_TYPES", "Budget", "Extractor", "OverBudget"]
 
 CHILD_TYPES: frozenset[str] = frozenset({"pdf", "docx", "rst"})
 """Read in a child whatever their size: their parsers' cost is not bounded by anything we control."""
-_PARSERS = ("connectors.formats.pdf", "connectors.formats.word", "indexer.chunking.rst")
 
 
 class Extractor:
-    """`read` is connectors.formats.read_content within a Budget; thread-safe; `close` ends the children."""
+    """`read` is connectors.formats.read_content within a Budget; thread-safe.
 
-    def __init__(self, budget: Budget | None = None) -> None:
-        self.budget = budget or Budget()
-        self._pool = ChildPool(self.budget, _PARSERS, what="extraction")
+    `pool`: children shared with other users (the indexer's chunking), whose owner closes them; without
+    one the extractor has its own, which `close` ends.
+    """
+
+    def __init__(self, budget: Budget | None = None, *, pool: ChildPool | None = None) -> None:
+        self._owned = pool is None
+        self._pool = pool if pool is not None else ChildPool(budget or Budget())
+        self.budget = self._pool.budget
 
     @property
     def started(self) -> int:
@@ -53,7 +57,9 @@ class Extractor:
         """Raises what read_content raises (BinaryContent, Unreadable, ValueError) and OverBudget."""
         if not self.in_child(content_type, len(data)):
             return read_content(content_type, data)
-        reply = self._pool.call("connectors.extract:read_in_child", {"content_type": content_type}, data)
+        reply = self._pool.call(
+            "connectors.extract:read_in_child", {"content_type": content_type}, data, what="extraction"
+        )
         if reply.get("ok"):
             return _content(reply)
         kind, message = reply.get("kind"), str(reply.get("message", ""))
@@ -66,7 +72,8 @@ class Extractor:
         raise ValueError(f"cannot index: {message}")
 
     def close(self) -> None:
-        self._pool.close()
+        if self._owned:
+            self._pool.close()
 
     def __enter__(self) -> Extractor:
         return self

@@ -6,9 +6,10 @@ gigabytes, a 3.5 MB Markdown table made markdown-it hold 2 GB of tokens (issue 1
 that scans or indexes, the first stalls everything behind it and the second takes the process
 down, and that process may be `ragsync serve`. Run in a child:
 
-* the child's address space is limited (RLIMIT_AS at its size once its parsers are imported, plus
-  `memory_bytes`), so a bomb ends in a MemoryError or a failed allocation there; the caller gets
-  OverBudget("... exceeded 1024 MiB of memory");
+* the child's address space is limited (RLIMIT_AS at its size when it starts, plus `memory_bytes`),
+  so a bomb ends in a MemoryError or a failed allocation there; the caller gets OverBudget("...
+  exceeded 1024 MiB of memory"). A parser is imported on its first call, inside the budget (tens of
+  megabytes of it): a child pays only for the formats it meets, and starts in about a second;
 * the caller waits `timeout_s` for the answer, then kills the child (OverBudget("... exceeded 30 s"))
   and starts another for the next call;
 * children are kept between calls (up to `workers`), so a call costs one round trip through a pipe
@@ -73,25 +74,25 @@ def mib(n: int) -> str:
 
 
 class ChildPool:
-    """Children that import `preload` once, then answer calls; thread-safe; `close` ends them."""
+    """Children that answer calls (after importing `preload`, outside the budget); thread-safe; `close` ends them."""
 
-    def __init__(self, budget: Budget, preload: Sequence[str] = (), *, what: str = "reading") -> None:
+    def __init__(self, budget: Budget, preload: Sequence[str] = ()) -> None:
         self.budget = budget
         self.preload = tuple(preload)
-        self.what = what  # how an overrun is reported: "reading exceeded 30 s"
         self._idle: list[_Child] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max(1, budget.workers))
         self._closed = False
         self.started = 0  # children started so far (tests and benchmarks look)
 
-    def call(self, function: str, header: dict[str, Any], data: bytes) -> dict[str, Any]:
-        """The function's answer; OverBudget past the time or memory budget or an answer too large;
-        RuntimeError when no child can start. A child that died otherwise answers {"ok": False, ...}."""
+    def call(self, function: str, header: dict[str, Any], data: bytes, *, what: str = "reading") -> dict[str, Any]:
+        """The function's answer; OverBudget past the time or memory budget ("`what` exceeded 30 s") or
+        an answer too large; RuntimeError when no child can start. A child that died otherwise answers
+        {"ok": False, "kind": "error", ...}."""
         with self._slots:
             child = self._take()
             try:
-                reply = child.exchange(function, header, data, self.budget, self.what)
+                reply = child.exchange(function, header, data, self.budget, what)
             except BaseException:
                 child.kill()
                 raise
@@ -100,7 +101,7 @@ class ChildPool:
             else:
                 self._give_back(child)
         if reply.get("kind") == "memory":
-            raise OverBudget(f"{self.what} exceeded {mib(self.budget.memory_bytes)} of memory")
+            raise OverBudget(f"{what} exceeded {mib(self.budget.memory_bytes)} of memory")
         if reply.get("kind") == "too_large":
             raise OverBudget(str(reply.get("message", "")), "too large")
         return reply
@@ -286,7 +287,7 @@ def child_main() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the child's whole life
     stdin = sys.stdin.buffer
-    # Every parser imported before the limit is set: the budget is what one call may add.
+    # Preloaded modules are outside the budget; anything a call imports is inside it.
     for module in sys.argv[2:]:
         importlib.import_module(module)
     baseline = _limit_memory(memory)

@@ -128,9 +128,11 @@ class IsolatedChunker:
     worker dead-letters with that reason. Smaller ones are chunked in-process, as before.
     """
 
-    def __init__(self, budget: Budget) -> None:
-        self.budget = budget
-        self._pool = ChildPool(budget, ("indexer.chunker",), what="chunking")
+    def __init__(self, budget: Budget | None = None, *, pool: ChildPool | None = None) -> None:
+        """`pool`: children shared with other users (the scanner's extraction), closed by their owner."""
+        self._owned = pool is None
+        self._pool = pool if pool is not None else ChildPool(budget or Budget())
+        self.budget = self._pool.budget
 
     @property
     def started(self) -> int:
@@ -145,7 +147,7 @@ class IsolatedChunker:
             return _chunk_here(content, content_type, max_chars=max_chars, title=title)
         header = {"content_type": content_type, "max_chars": max_chars, "title": title}
         try:
-            reply = self._pool.call("indexer.chunker:chunk_in_child", header, data)
+            reply = self._pool.call("indexer.chunker:chunk_in_child", header, data, what="chunking")
         except OverBudget as exc:
             raise Unchunkable(exc.detail) from None
         if not reply.get("ok"):
@@ -156,7 +158,8 @@ class IsolatedChunker:
         ]
 
     def close(self) -> None:
-        self._pool.close()
+        if self._owned:
+            self._pool.close()
 
     def __enter__(self) -> IsolatedChunker:
         return self

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from connectors.extract import Extractor
-from indexer.budget import Budget
+from indexer.budget import Budget, ChildPool
 from indexer.cache import InProcessCache
 from indexer.chunker import IsolatedChunker
 from indexer.deny import DenySet
@@ -122,25 +122,27 @@ class Components:
     def propagation(self) -> PropagationLog:
         return self._open(self.factory.propagation())  # type: ignore[no-any-return]
 
-    def budget(self, max_reply_bytes: int = 64 * 1024 * 1024) -> Budget:
-        """What reading one document may cost (extraction at scan time, chunking in the indexer)."""
+    @cached_property
+    def children(self) -> ChildPool:
+        """The processes that read documents within the budget (what reading one document may cost),
+        shared by the scanner's extraction and the indexer's chunking: one interpreter start per process
+        that needs one, kept for its life (serve keeps them warm)."""
         s = self.settings
-        return Budget(
+        budget = Budget(
             timeout_s=s.extract_timeout_s,
             memory_bytes=s.extract_memory_mib * 1024 * 1024,
             inline_bytes=s.extract_in_process_kib * 1024,
-            max_reply_bytes=max_reply_bytes,
+            max_reply_bytes=128 * 1024 * 1024,  # passages may hold 8x a document's text
         )
+        return self._open(ChildPool(budget))  # type: ignore[no-any-return]
 
     @cached_property
     def extractor(self) -> Extractor:
-        """Reads fetched content within the budget; its child processes live as long as these ports."""
-        return self._open(Extractor(self.budget()))  # type: ignore[no-any-return]
+        return Extractor(pool=self.children)
 
     @cached_property
     def chunker(self) -> IsolatedChunker:
-        """Chunks large documents in a child within the budget (passages may hold 8x the text: more room)."""
-        return self._open(IsolatedChunker(self.budget(max_reply_bytes=128 * 1024 * 1024)))  # type: ignore[no-any-return]
+        return IsolatedChunker(pool=self.children)
 
     @cached_property
     def reranker(self) -> Reranker | None:

@@ -47,19 +47,24 @@ def docx_bomb(expanded_bytes: int = 450 * 1024 * 1024) -> bytes:
     return out.getvalue()
 
 
-def pdf_operators_bomb(operators: int = 150_000) -> bytes:
-    """A one-page PDF whose content stream shows `operators` short strings, each at a text matrix of
-    its own: pypdf spends ~0.3 ms on each (150k: about a minute on two shared cores), in a 33 KB file."""
+def pdf_operators_bomb(operators: int = 150_000, pages: int = 1) -> bytes:
+    """A PDF whose content stream shows `operators` short strings, each at a text matrix of its own:
+    pypdf spends ~0.15-0.3 ms on each (150k: 20-60 s on two shared cores) in a 29 KB file. pypdf's own
+    per-stream limit (2M tokens) stops one stream at ~250k operators, so more work takes `pages`
+    pages, all showing the same stream: N times the time, not one byte more per page."""
     body = b"BT /F1 9 Tf " + b"".join(b"1 0 0 1 %d 800 Tm (ab) Tj " % (i % 500) for i in range(operators)) + b"ET"
     stream = zlib.compress(body, 9)
+    kids = b" ".join(b"%d 0 R" % (5 + n) for n in range(pages))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 5 0 R >> >> "
-        b"/Contents 4 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
         b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Resources << /Font << /F1 4 0 R >> >> "
+        b"/Contents 3 0 R >>"
+    ] * pages
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n")
     offsets = []

@@ -32,7 +32,7 @@ pytestmark = [
 ]
 
 QUESTION = "What is the access code for the vault?"
-TIMEOUT_S = 20
+TIMEOUT_S = 10
 
 
 def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) 
         assert first["applied"] == 2, first
         assert cites(serve.ask(ann, QUESTION), "acme/vault/code.md")
 
-        (drive / "acme/slow.pdf").write_bytes(pdf_operators_bomb())  # minutes for pypdf
+        (drive / "acme/slow.pdf").write_bytes(pdf_operators_bomb(150_000, pages=4))  # a minute or more for pypdf
         (drive / "acme/vault/.ragsync-acl.toml").write_text('read = ["group:vault-admins"]\n')
         sync = subprocess.Popen(
             [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--tenant", "acme", "--json"],
@@ -91,4 +91,4 @@ def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) 
     published_at = datetime.timestamp(acl.occurred_at)
     effective_s = gone_at - published_at
     assert effective_s <= 2.0, f"revoked {effective_s:.2f} s after it was published (bound 2 s)"
-    assert finished_at - gone_at >= TIMEOUT_S - 5, "effective while the slow file was still being read"
+    assert finished_at - gone_at >= TIMEOUT_S / 2, "effective while the slow file was still being read"
