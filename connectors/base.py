@@ -36,6 +36,9 @@ class SourceDocument:
     fingerprint: str  # cheap change hint (e.g. mtime_ns+size); equal fingerprint => content not re-read
     fetch: Callable[[], Awaitable[bytes]]
     effective_from: datetime | None = None  # when None, the scanner takes it from the content, if stated
+    narrowed: tuple[str, ...] = ()
+    """Why its ACL is stricter than the source's own permissions (connectors.permissions), one line each:
+    the sync report lists them as 'permissions narrowed: <doc>: <why>'."""
     locked: bool = False
     """Its access cannot be known (a broken manifest above it): every indexed copy becomes readable by
     nobody, whatever its tenant, and the content is not read. `tenant` and `acl` mean nothing then."""

@@ -75,6 +75,7 @@ class ScanReport:
     locked: int = 0  # ACL events that made documents under a broken manifest readable by nobody
     skipped: list[Skipped] = field(default_factory=list)  # files seen and not indexed, with why
     decoded: list[str] = field(default_factory=list)  # documents that were not UTF-8, with the encoding used
+    narrowed: list[str] = field(default_factory=list)  # documents whose ACL is stricter than the source's, with why
     fetch_failed: bool = False  # the source did not deliver some listed document's bytes
 
     @property
@@ -212,6 +213,7 @@ async def scan(
             lock(doc)
             continue
         seen.add((doc.tenant, doc.doc_id))
+        report.narrowed.extend(f"{doc.doc_id}: {why}" for why in doc.narrowed)
         # Seen under a new tenant: the old tenant loses it now, whether or not this scan completes.
         for moved in state.live_elsewhere(source, doc.doc_id, doc.tenant):
             delete(moved, "moved to another tenant")

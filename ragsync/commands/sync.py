@@ -256,6 +256,7 @@ def _summary(published: Published, stats: Stats | None, dense: bool | None) -> d
         "skipped": [{"path": s.path, "reason": s.reason, "detail": s.detail} for s in report.skipped],
         "locked": report.locked,
         "decoded": report.decoded,
+        "narrowed": report.narrowed,
         "deletes_skipped": report.deletes_skipped,
         "reindexed": published.reindexed,
         "dense": dense,
@@ -282,9 +283,11 @@ def _report(summary: dict[str, Any], published: Published, as_json: bool, prefix
         note(f"not indexed: {skipped}")
     for decoded in published.scan.decoded:
         note(f"not UTF-8: {decoded}")
+    for narrowed in published.scan.narrowed:
+        note(f"permissions narrowed: {narrowed}")
     if published.scan.deletes_skipped:
         warn("deletions skipped: the listing had read errors (it may be incomplete), nothing was removed")
-    counts = {k: len(v) if k in ("skipped", "decoded") else v for k, v in summary.items() if k != "errors"}
+    counts = {k: len(v) if k in ("skipped", "decoded", "narrowed") else v for k, v in summary.items() if k != "errors"}
     click.echo(prefix + " ".join(f"{k}={v}" for k, v in counts.items()))
 
 
