@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.home_lock import OwnerInfo
-from ragsync.wiring import Components
+from ragsync.wiring import EVENTS_DB, Components
+from streams.doorbell import Doorbell, FileBell
 from streams.embedded_worker import EmbeddedWorker
 from streams.ports import AppliedJournal
 
@@ -36,6 +37,9 @@ IDLE_POLL_S = 0.2
 """How often it looks once the log has been quiet for a few polls (the interval doubles up to this):
 bounds how long an event published into a quiet log waits, and keeps an idle serve's wake-ups, and
 so its CPU, low (bench/soak.py). Revocations are effective sooner, through the deny watcher."""
+BELL_TIMEOUT_S = 1.0
+"""An embedded owner sleeps until an append to its log rings the doorbell (streams.doorbell): this
+only stands in for a lost notification and paces maintenance while nothing is appended."""
 
 
 class Owner:
@@ -60,6 +64,8 @@ class Owner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
+        self.bell: Doorbell | None = None
+        self.file_bell: FileBell | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -78,7 +84,12 @@ class Owner:
         tracker.sweep(c.docs)
         self.worker = embedded_worker(c, tracker)
         # Revocations and deletions effective within a poll even while a batch embeds (streams/deny_watcher.py).
-        self.deny_watcher = DenyWatcher(c.events, tracker)
+        if self.settings.profile == "embedded":
+            self.bell = Doorbell()
+            log_db = self.settings.home / EVENTS_DB
+            self.file_bell = FileBell([log_db, log_db.with_name(log_db.name + "-wal")], self.bell)
+            self.file_bell.start()
+        self.deny_watcher = DenyWatcher(c.events, tracker, bell=self.bell)
         self.deny_watcher.start()
         self._thread = threading.Thread(target=self._run, name="ragsync-indexer", daemon=True)
         self._thread.start()
@@ -96,8 +107,13 @@ class Owner:
         self._stop.set()
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.bell is not None:
+            self.bell.ring()
         if self.deny_watcher is not None:
             self.deny_watcher.stop()
+        if self.file_bell is not None:
+            self.file_bell.stop()
+            self.file_bell = None
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -118,6 +134,7 @@ class Owner:
         backoff = 0.5
         wait = self.poll_s
         while not self._stop.is_set():
+            mark = self.bell.rings if self.bell is not None else 0
             try:
                 if self.worker.step() > 0:
                     self._idle.clear()
@@ -136,6 +153,9 @@ class Owner:
                 backoff = min(30.0, backoff * 2)
                 continue
             self._idle.set()
+            if self.bell is not None:
+                self.bell.wait(mark, BELL_TIMEOUT_S)
+                continue
             self._stop.wait(wait)
             wait = min(max(self.poll_s, IDLE_POLL_S), wait * 2)
 

@@ -51,6 +51,7 @@ from starlette.routing import Route
 
 from query.api import Check, create_app, http_error
 from ragsync.dead_letters import DLQ_GROUP
+from ragsync.quiet_server import QuietServer
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import Components
 from streams.ports import EVENT_TOPICS, TOPIC_DLQ, EventLog
@@ -345,7 +346,7 @@ def check_metrics_exposure(settings: Settings) -> None:
 def serve_in_thread(app: ASGIApp, listener: Listener) -> tuple[threading.Thread, Any]:
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    server = QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[listener.sock])), name="ragsync-metrics", daemon=True
     )
@@ -410,7 +411,7 @@ def run_server(
     # `finally` blocks of the callers (stores closed) instead of dying on the default SIGTERM action.
     previous = signal.signal(signal.SIGTERM, _exit_cleanly) if _main_thread() else None
     try:
-        uvicorn.Server(config).run(sockets=[api.sock])
+        QuietServer(config).run(sockets=[api.sock])
     except KeyboardInterrupt:
         pass
     finally:

@@ -63,6 +63,8 @@ DEBOUNCE_S = 0.3
 MAX_DELAY_S = 2.0
 """A pass starts once files were quiet for DEBOUNCE_S, or MAX_DELAY_S after the first change of a
 burst that does not stop (a long copy still gets published as it goes)."""
+IDLE_CAP_S = 5.0
+"""The longest an idle scheduler sleeps without a change or a full pass due (a clock that jumped)."""
 
 
 class SourceSettings(BaseModel):
@@ -205,6 +207,7 @@ class ChangeWatcher:
         self._first: float | None = None
         self._last = 0.0
         self._removed = False
+        self.on_change: Callable[[], None] = lambda: None  # the scheduler's wake-up
         watcher = self
 
         class Handler(FileSystemEventHandler):
@@ -234,6 +237,7 @@ class ChangeWatcher:
             self._last = now
             if kind in ("deleted", "moved"):
                 self._removed = True
+        self.on_change()
 
     def start(self) -> None:
         self._observer.start()
@@ -241,6 +245,12 @@ class ChangeWatcher:
     def stop(self) -> None:
         self._observer.stop()
         self._observer.join(5)
+
+    @property
+    def pending(self) -> bool:
+        """Changes seen and not yet taken (the scheduler then looks every tick until they settle)."""
+        with self._lock:
+            return self._first is not None
 
     def take(self, debounce_s: float = DEBOUNCE_S, max_delay_s: float = MAX_DELAY_S) -> Change | None:
         """The changes since the last take, once they settled; None while there are none (or not yet)."""
@@ -298,6 +308,10 @@ class Scheduler:
         self.runners = [SourceRunner(s, components.settings.home) for s in sources]
         self.tick_s = tick_s
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        for runner in self.runners:
+            if runner.watcher is not None:
+                runner.watcher.on_change = self._wake.set
         self._thread: threading.Thread | None = None
         self.passes = 0
         self.last_error: dict[str, str] = {}
@@ -311,6 +325,7 @@ class Scheduler:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         for runner in self.runners:
             if runner.watcher is not None:
                 runner.watcher.stop()
@@ -348,4 +363,15 @@ class Scheduler:
                     log_pass(name, kind, published.scan, time.monotonic() - started)
                 runner.ran(kind)
                 self.passes += 1
-            self._stop.wait(self.tick_s)
+            self._wake.wait(self._sleep_s())
+            self._wake.clear()
+
+    def _sleep_s(self) -> float:
+        """Until the next thing to do: a tick while changes settle, else the next full pass or a change.
+
+        An idle serve used to tick ten times a second for nothing (issue 20); a watched change wakes
+        the thread (ChangeWatcher.on_change), and the cap only bounds a clock that jumped."""
+        if self._stop.is_set() or any(r.watcher is not None and r.watcher.pending for r in self.runners):
+            return self.tick_s
+        until_full = min((r.next_full - r.clock() for r in self.runners), default=IDLE_CAP_S)
+        return max(self.tick_s, min(IDLE_CAP_S, until_full))

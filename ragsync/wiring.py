@@ -47,6 +47,9 @@ from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
+EVENTS_DB = "events.db"
+"""The embedded log's file in the home (streams.sqlite_log); the owner watches it to wake its readers."""
+
 
 class AdapterFactory(Protocol):
     """How one profile opens each port's adapter; called at most once per port by Components."""
@@ -285,7 +288,7 @@ class EmbeddedAdapters:
     def events(self) -> EventLog:
         from streams.sqlite_log import SqliteEventLog
 
-        return SqliteEventLog(self.home / "events.db")
+        return SqliteEventLog(self.home / EVENTS_DB)
 
     def lexical(self) -> LexicalIndex:
         from indexer.sqlite_fts import SqliteLexicalIndex

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from streams.doorbell import Doorbell
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, EventLog
 from streams.tracking import Tracker
 
@@ -23,11 +24,23 @@ POLL_S = 0.02
 IDLE_POLL_S = 0.1
 """Once the two topics have been quiet for a few polls the interval doubles up to this: a revocation
 published into a quiet log is effective within it, and an idle owner wakes 10 times a second, not 50."""
+BELL_TIMEOUT_S = 1.0
+"""With a doorbell (streams.doorbell) a quiet watcher sleeps until an append rings it; this only
+stands in for a lost notification."""
 
 
 class DenyWatcher:
-    def __init__(self, events: EventLog, tracker: Tracker, *, group: str = GROUP, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self,
+        events: EventLog,
+        tracker: Tracker,
+        *,
+        group: str = GROUP,
+        poll_s: float = POLL_S,
+        bell: Doorbell | None = None,
+    ) -> None:
         self.events = events
+        self.bell = bell
         self.tracker = tracker
         self.group = group
         self.poll_s = poll_s
@@ -56,6 +69,7 @@ class DenyWatcher:
     def _run(self) -> None:
         wait = self.poll_s
         while not self._stop.is_set():
+            mark = self.bell.rings if self.bell is not None else 0
             try:
                 if self.step():
                     wait = self.poll_s
@@ -63,11 +77,16 @@ class DenyWatcher:
             except Exception:  # the worker still denies each event itself before applying it
                 log.exception("deny watcher step failed")
                 self._stop.wait(1.0)
+            if self.bell is not None:
+                self.bell.wait(mark, BELL_TIMEOUT_S)
+                continue
             self._stop.wait(wait)
             wait = min(max(self.poll_s, IDLE_POLL_S), wait * 2)
 
     def stop(self) -> None:
         self._stop.set()
+        if self.bell is not None:
+            self.bell.ring()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
