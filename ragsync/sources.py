@@ -10,6 +10,16 @@
     url_base = "https://intranet.example/handbook/"
 
     [[sources]]
+    name = "shared"
+    path = "/srv/shared"
+    tenants = ["acme"]             # exactly one: the files name none
+    permissions = "posix"          # readers from mode bits, owners, groups and POSIX ACLs
+    watch = true                   # chmod, chown and setfacl are file events too
+    [sources.principals]           # optional: system names to token names (default: the same)
+    users = { "jdoe" = "john.doe" }
+    groups = { "finance" = "fin" }
+
+    [[sources]]
     name = "wiki"
     kind = "git"                   # the wiki committed at `ref`
     path = "/srv/wiki.git"
@@ -65,6 +75,18 @@ MAX_DELAY_S = 2.0
 burst that does not stop (a long copy still gets published as it goes)."""
 
 
+class PrincipalsSettings(BaseModel):
+    """`[sources.principals]`: source users and groups to token principals (connectors.permissions).
+
+    Plain defaults: the same name (`ann` is `user:ann`, `hr` is `group:hr`); a name mapped to ""
+    grants nothing (reported in the pass's narrowed permissions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: dict[str, str] = Field(default_factory=dict)
+    groups: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSettings(BaseModel):
     """One `[[sources]]` entry of the settings file."""
 
@@ -80,9 +102,14 @@ class SourceSettings(BaseModel):
     url_base: str | None = None
     interval_s: float = Field(default=300.0, gt=0)
     watch: bool = False
+    permissions: Literal["manifests", "posix"] = "manifests"
+    """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
+    principals: PrincipalsSettings = PrincipalsSettings()
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
+        if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
+            raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
         if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
             raise ValueError("ref and subdir apply to kind = 'git' only")
         if self.kind == "git" and self.watch:
@@ -180,7 +207,18 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         return GitWikiConnector(
             source.path, tenants=source.tenants, ref=source.ref, subdir=source.subdir, name=source.name, **options
         )
-    return DriveConnector(source.path, source.name, tenants=source.tenants, refuse=[home], url_base=source.url_base)
+    from connectors.permissions import PrincipalMap
+
+    principals = PrincipalMap(users=dict(source.principals.users), groups=dict(source.principals.groups))
+    return DriveConnector(
+        source.path,
+        source.name,
+        tenants=source.tenants,
+        refuse=[home],
+        url_base=source.url_base,
+        permissions=source.permissions,
+        principals=principals,
+    )
 
 
 @dataclass
