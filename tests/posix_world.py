@@ -66,7 +66,7 @@ def system_people(n_users: int, n_groups: int, rng: random.Random) -> Iterator[P
         for g in groups:
             run("groupadd", g)
         for u in users:
-            extra = rng.sample(groups, rng.randint(0, 3))
+            extra = rng.sample(groups, min(len(groups), rng.randint(0, 3)))
             cmd = ["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-g", rng.choice(groups)]
             if extra:
                 cmd += ["-G", ",".join(extra)]

@@ -7,7 +7,8 @@ groups, masks), restrictive folders; then 100 random edits made with the adminis
 (chmod, chown, setfacl, gpasswd, mv), one sync after each. For every (document, user) pair the
 index's decision (the lexical store's access-filtered query with the user's token principal) is
 compared with the source's (`access(R_OK)` as that user, in a child that took their identity).
-Zero pairs wider; every stricter pair named by the sync report.
+Zero pairs wider; every stricter pair named by the sync report (one user is mapped to no token
+principal, so there are stricter pairs to report).
 
 The bench (bench/source_permissions.py) runs the same with 200 documents and more edits.
 """
@@ -19,16 +20,20 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import MODEL_PATH
 from posix_world import Population, Tally, index_decisions, source_decisions, system_people
+from serving import Serve, cites, environment, token, until
 
 from connectors.base import SourceDocument
 from connectors.drive import DriveConnector
+from connectors.permissions import PrincipalMap
 from connectors.posix import parse_acl, read_node
 from ragsync.cli import main
 from ragsync.pipeline import sync_source
@@ -51,8 +56,9 @@ def base() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def synced(components: Components, root: Path) -> list[str]:
-    drive = DriveConnector(root, SOURCE, tenants=[TENANT], permissions="posix", refuse=[components.settings.home])
+def synced(components: Components, root: Path, mapping: PrincipalMap | None = None) -> list[str]:
+    home = components.settings.home
+    drive = DriveConnector(root, SOURCE, tenants=[TENANT], permissions="posix", refuse=[home], principals=mapping)
     report = sync_source(components, drive)
     assert not report.scan.errors, report.scan.errors
     return list(report.scan.narrowed)
@@ -67,8 +73,11 @@ def test_index_equals_the_kernel_for_every_pair(tmp_path: Path, base: Path) -> N
             world = Population(base / "src", people, rng)
             world.build(n_docs=60, n_folders=10)
 
+            # one user mapped to nothing: every document they may read is stricter, and must be reported
+            mapping = PrincipalMap(users={people.users[0]: ""})
+
             def check() -> dict[tuple[str, str], bool]:
-                narrowed = synced(components, world.root)
+                narrowed = synced(components, world.root, mapping)
                 docs = sorted(world.ever)
                 source = source_decisions(world.root, people.users, docs)
                 tally.compare(source, index_decisions(components, TENANT, SOURCE, people.users, docs), narrowed, SOURCE)
@@ -84,6 +93,7 @@ def test_index_equals_the_kernel_for_every_pair(tmp_path: Path, base: Path) -> N
     print("posix equivalence:", tally.summary())
     assert tally.wider == 0, tally.wider_pairs[:20]
     assert tally.unreported == [], tally.unreported[:20]
+    assert tally.stricter == tally.stricter_reported > 0  # the unmapped user's pairs, each reported
     # the population is not trivial: the first pass has both readers and refusals
     assert len(first) == 60 * 22 and 0 < sum(first.values()) < len(first) / 2
     assert tally.edits == 100 and tally.pairs >= 60 * 22 * 101
@@ -160,3 +170,37 @@ def test_sync_command_with_posix_permissions_reports_the_narrowing(base: Path, t
         main, ["sync", str(root), "--permissions", "posix", "--tenant", "acme,globex", "--json"], env=env
     )
     assert two.exit_code == 2 and "exactly one tenant" in two.output
+
+
+@pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no embedding model at {MODEL_PATH}")
+def test_serve_publishes_chmod_and_setfacl_as_they_happen(base: Path, tmp_path: Path) -> None:
+    """Attribute changes are file events: with interval_s = 600 only the watcher can bring them in time."""
+    src = base / "src"
+    src.mkdir()
+    os.chmod(src, 0o755)
+    doc = src / "lighthouse.md"
+    doc.write_text("# Lighthouse\n\nThe access code for the lighthouse door is 4471-harbor.\n")
+    (src / "other.md").write_text("# Canteen\n\nThe canteen opens at noon.\n")
+    for path in (doc, src / "other.md"):
+        os.chmod(path, 0o644)
+    config = tmp_path / "ragsync.toml"
+    config.write_text(
+        f'[[sources]]\nname = "px"\npath = "{src}"\ntenants = ["acme"]\npermissions = "posix"\n'
+        "watch = true\ninterval_s = 600\n"
+    )
+    env = environment(tmp_path / "home", RAGSYNC_CONFIG=str(config))
+    daemon = token("acme", "daemon", "daemon")  # a user every Debian system has
+    question = "What is the access code for the lighthouse door?"
+    with Serve(env) as serve:
+        until(lambda: cites(serve.ask(daemon, question), "lighthouse.md"), 60, "the first pass")
+        os.chmod(doc, 0o600)  # owner root: daemon is "other" now, with no bits
+        until(lambda: not cites(serve.ask(daemon, question), "lighthouse.md"), 30, "chmod 600 published")
+        subprocess.run(["setfacl", "-m", "u:daemon:r", str(doc)], check=True)
+        until(lambda: cites(serve.ask(daemon, question), "lighthouse.md"), 30, "setfacl grant published")
+        subprocess.run(["setfacl", "-m", "u:daemon:---", str(doc)], check=True)
+        until(lambda: not cites(serve.ask(daemon, question), "lighthouse.md"), 30, "setfacl revocation published")
+        os.chmod(doc, 0o644)
+        subprocess.run(["setfacl", "-b", str(doc)], check=True)
+        until(lambda: cites(serve.ask(daemon, question), "lighthouse.md"), 30, "setfacl -b published")
+        os.chmod(src, 0o700)  # the folder: daemon cannot search into it any more
+        until(lambda: not cites(serve.ask(daemon, question), "lighthouse.md"), 30, "the folder's chmod published")
