@@ -34,7 +34,7 @@ from serving import Serve, cites, environment, token, until
 from connectors.base import SourceDocument
 from connectors.drive import DriveConnector
 from connectors.permissions import PrincipalMap
-from connectors.posix import parse_acl, read_node
+from connectors.posix import parse_acl, posix_access, read_node
 from ragsync.cli import main
 from ragsync.pipeline import sync_source
 from ragsync.settings import Settings
@@ -204,3 +204,19 @@ def test_serve_publishes_chmod_and_setfacl_as_they_happen(base: Path, tmp_path: 
         until(lambda: cites(serve.ask(daemon, question), "lighthouse.md"), 30, "setfacl -b published")
         os.chmod(src, 0o700)  # the folder: daemon cannot search into it any more
         until(lambda: not cites(serve.ask(daemon, question), "lighthouse.md"), 30, "the folder's chmod published")
+
+
+def test_permissions_that_cannot_be_read_lock_the_file(base: Path) -> None:
+    """A file gone after the listing, a folder swapped for a link: readable by nobody, with the reason."""
+    root = base / "src"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.md").write_text("# A\n")
+    (root / "b.md").write_text("# B\n")
+    elsewhere = base / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.md").write_text("# A\n")
+    shutil.rmtree(root / "sub")
+    (root / "sub").symlink_to(elsewhere)  # as if swapped between the listing and the permission read
+    found = posix_access(root, ["sub/a.md", "b.md", "gone.md"], PrincipalMap())
+    assert set(found.unreadable) == {"sub/a.md", "gone.md"} and set(found.translations) == {"b.md"}
+    assert "became a link" in found.unreadable["sub/a.md"] and "cannot read" in found.unreadable["gone.md"]
