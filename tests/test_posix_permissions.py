@@ -220,3 +220,28 @@ def test_permissions_that_cannot_be_read_lock_the_file(base: Path) -> None:
     found = posix_access(root, ["sub/a.md", "b.md", "gone.md"], PrincipalMap())
     assert set(found.unreadable) == {"sub/a.md", "gone.md"} and set(found.translations) == {"b.md"}
     assert "became a link" in found.unreadable["sub/a.md"] and "cannot read" in found.unreadable["gone.md"]
+
+
+def test_a_posix_source_is_declared_with_one_tenant_and_its_principals(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from ragsync.sources import SourceSettings, connector_for
+
+    declared = SourceSettings.model_validate(
+        {
+            "name": "shared",
+            "path": str(tmp_path),
+            "tenants": ["acme"],
+            "permissions": "posix",
+            "principals": {"users": {"jdoe": "john.doe", "guest": ""}, "groups": {"finance": "fin"}},
+        }
+    )
+    connector = connector_for(declared, tmp_path / "home")
+    assert connector.permissions == "posix"
+    assert connector.principals.user("jdoe") == "user:john.doe" and connector.principals.user("guest") is None
+    assert connector.principals.group("finance") == "group:fin" and connector.principals.group("hr") == "group:hr"
+    for bad in ({"tenants": ["acme", "globex"]}, {"kind": "git"}, {"principals": {"roles": {}}}):
+        with pytest.raises(ValidationError):
+            SourceSettings.model_validate(
+                {"name": "shared", "path": str(tmp_path), "tenants": ["acme"], "permissions": "posix", **bad}
+            )
