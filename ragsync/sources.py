@@ -293,6 +293,48 @@ class ChangeWatcher:
             return change
 
 
+ACCOUNTS = Path("/etc")
+ACCOUNT_FILES = frozenset({"passwd", "group"})
+
+
+class AccountWatcher:
+    """watchdog on /etc (not recursive) for the user and group databases, for POSIX sources.
+
+    A user removed from a group (`gpasswd -d`, `usermod -G`) changes who may read without any event
+    in the folder; tools rewrite /etc/group through a temporary file and a rename, so a move whose
+    destination is one of these names counts too. A change is a change pass, never a deletion."""
+
+    def __init__(self, folder: Path = ACCOUNTS, names: frozenset[str] = ACCOUNT_FILES) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self._changed = threading.Event()
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                paths = (str(event.src_path), str(getattr(event, "dest_path", "") or ""))
+                if any(p and Path(p).name in names for p in paths):
+                    watcher._changed.set()
+
+        self._observer = Observer()
+        self._observer.schedule(Handler(), str(folder), recursive=False)
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(5)
+
+    def take(self) -> bool:
+        changed = self._changed.is_set()
+        self._changed.clear()
+        return changed
+
+
 class SourceRunner:
     """When one source's next pass is due, and of which kind."""
 
@@ -310,8 +352,11 @@ class SourceRunner:
         self.clock = clock
         self.next_full = clock()  # a full pass first: the state may be behind the folder
         self.watcher: ChangeWatcher | None = None
+        self.accounts: AccountWatcher | None = None
         if source.watch:
             self.watcher = ChangeWatcher(source.path, ignore=[home])
+            if source.permissions == "posix" and ACCOUNTS.is_dir():
+                self.accounts = AccountWatcher()
 
     def due(self) -> str | None:
         """ "full", "changes" or None."""
@@ -321,6 +366,8 @@ class SourceRunner:
             change = self.watcher.take(self.debounce_s)
             if change is not None:
                 return "full" if change.removed else "changes"
+        if self.accounts is not None and self.accounts.take():
+            return "changes"
         return None
 
     def ran(self, kind: str) -> None:
@@ -344,6 +391,8 @@ class Scheduler:
         for runner in self.runners:
             if runner.watcher is not None:
                 runner.watcher.start()
+            if runner.accounts is not None:
+                runner.accounts.start()
         self._thread = threading.Thread(target=self._run, name="ragsync-sources", daemon=True)
         self._thread.start()
 
@@ -352,6 +401,8 @@ class Scheduler:
         for runner in self.runners:
             if runner.watcher is not None:
                 runner.watcher.stop()
+            if runner.accounts is not None:
+                runner.accounts.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)  # a scan in progress is abandoned after that: its batches are durable
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import MODEL_PATH
-from posix_world import Population, Tally, index_decisions, source_decisions, system_people
+from posix_world import Population, Tally, cleanup_system, index_decisions, source_decisions, system_people
 from serving import Serve, cites, environment, token, until
 
 from connectors.base import SourceDocument
@@ -245,3 +245,45 @@ def test_a_posix_source_is_declared_with_one_tenant_and_its_principals(tmp_path:
             SourceSettings.model_validate(
                 {"name": "shared", "path": str(tmp_path), "tenants": ["acme"], "permissions": "posix", **bad}
             )
+
+
+@pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no embedding model at {MODEL_PATH}")
+def test_serve_publishes_a_group_membership_change_as_it_happens(base: Path, tmp_path: Path) -> None:
+    """gpasswd -d changes /etc/group, not the folder: serve watches the account files for POSIX sources.
+
+    The group cannot be granted as a group (a named entry shuts its other member out), so it is
+    granted member by member, and removing the reader from it changes the document's ACL: an old
+    token that still lists the group loses the document too. interval_s = 600: only the watch can."""
+    cleanup_system()
+    try:
+        for cmd in (
+            ["groupadd", "rspxg00"],
+            ["groupadd", "rspxg01"],
+            ["useradd", "-M", "-N", "-g", "rspxg00", "-G", "rspxg01", "rspxu00"],
+            ["useradd", "-M", "-N", "-g", "rspxg00", "-G", "rspxg01", "rspxu01"],
+        ):
+            subprocess.run(cmd, check=True, capture_output=True)
+        src = base / "src"
+        src.mkdir()
+        os.chmod(src, 0o755)
+        doc = src / "ledger.md"
+        doc.write_text("# Ledger\n\nThe ledger password for the audit cupboard is 9051-walrus.\n")
+        shutil.chown(doc, "root", "rspxg01")
+        subprocess.run(["setfacl", "-m", "g:rspxg01:r,u:rspxu01:---", str(doc)], check=True)
+        os.chmod(doc, 0o640)
+        config = tmp_path / "ragsync.toml"
+        config.write_text(
+            f'[[sources]]\nname = "px"\npath = "{src}"\ntenants = ["acme"]\npermissions = "posix"\n'
+            "watch = true\ninterval_s = 600\n"
+        )
+        env = environment(tmp_path / "home", RAGSYNC_CONFIG=str(config))
+        old_token = token("acme", "rspxu00", "rspxg00", "rspxg01")
+        question = "What is the ledger password for the audit cupboard?"
+        with Serve(env) as serve:
+            until(lambda: cites(serve.ask(old_token, question), "ledger.md"), 60, "the first pass")
+            subprocess.run(["gpasswd", "-d", "rspxu00", "rspxg01"], check=True, capture_output=True)
+            until(lambda: not cites(serve.ask(old_token, question), "ledger.md"), 30, "gpasswd -d published")
+            subprocess.run(["gpasswd", "-a", "rspxu00", "rspxg01"], check=True, capture_output=True)
+            until(lambda: cites(serve.ask(old_token, question), "ledger.md"), 30, "gpasswd -a published")
+    finally:
+        cleanup_system()
