@@ -17,6 +17,12 @@ manifest, a widening, an undeclared or switched tenant, or a `[files]` key that 
 locks every document below its folder (readable by nobody until fixed, reported); a file under no
 tenant is locked and reported; `read = []` means nobody.
 
+With `permissions="posix"` (issue 19 item 5) the readers come from the files themselves instead
+(connectors.posix: mode bits, owner, group, POSIX ACLs and the folders a reader must search through,
+for every user of the system), the tenant is the single one the source declares, and a manifest
+above a file can only narrow that: a reader must be admitted by both. A file whose permissions
+cannot be read is locked (readable by nobody) and reported.
+
 Never read (issue 8 item 1):
 - Links. A symlink, to a file or a folder, is not a document: it is skipped and reported, and a file
   that a symlink replaces leaves the index like any removed file. Files are opened with O_NOFOLLOW
@@ -52,16 +58,20 @@ from connectors.access import (
     format_validation_error,
     manifest_chain,
     manifest_lookalike,
+    manifest_rule,
+    nfc,
     parse_manifest,
     resolve_access,
     resolve_tree,
 )
 from connectors.base import ContentType, Skipped, SourceDocument
+from connectors.permissions import Directory, PrincipalMap, Translation, index_admits, principal_entries, translate
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "EXTENSIONS",
     "MANIFEST_NAME",
+    "PERMISSIONS",
     "TENANT_PATTERN",
     "Chain",
     "DriveConnector",
@@ -91,6 +101,9 @@ EXTENSIONS: dict[str, ContentType] = {
     ".docx": "docx",
 }
 """What a drive may hold (connectors.formats reads each); any other file is reported as "unsupported type"."""
+PERMISSIONS = ("manifests", "posix")
+"""Where a drive's readers come from: its manifests alone, or the files' own POSIX permissions
+(connectors.posix) narrowed by any manifest above them."""
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 """Files above this are skipped as "too large" before they are read (a setting may raise it)."""
 
@@ -204,6 +217,42 @@ def _walk(root: Path, home_inodes: frozenset[tuple[int, int]], max_bytes: int) -
     return tree
 
 
+def _has_rule(manifests: dict[str, Manifest], rel: str) -> bool:
+    """Whether a manifest above the file says something about it (else it leaves POSIX alone)."""
+    found = {nfc(folder): manifest for folder, manifest in manifests.items()}
+    key = nfc(rel)
+    return any(
+        manifest_rule(manifest, key[len(folder) + 1 :] if folder else key) is not None
+        for folder, manifest in manifest_chain(found, key)
+    )
+
+
+def _narrowed_by(
+    posix: Translation, manifest_acl: tuple[str, ...], directory: Directory, mapping: PrincipalMap
+) -> Translation:
+    """The readers both the file's permissions and the manifests above it admit (the intersection).
+
+    A group stays a group only if the POSIX translation kept it and the manifest names it too, so
+    nobody the manifest withholds gets in through it."""
+
+    def posix_admits(user: str) -> bool:
+        entry, groups = principal_entries(directory, mapping, user)
+        return entry is not None and index_admits(posix.acl, entry, groups)
+
+    def manifest_admits(user: str) -> bool:
+        entry, groups = principal_entries(directory, mapping, user)
+        return entry is not None and index_admits(manifest_acl, entry, groups)
+
+    names = {g for gs in directory.groups_of.values() for g in gs}
+    groups = [g for g in names if (e := mapping.group(g)) is not None and e in posix.acl and e in manifest_acl]
+    both = translate(directory, mapping, lambda u: posix_admits(u) and manifest_admits(u), groups)
+    withheld = sorted(u for u in directory.groups_of if posix_admits(u) and not manifest_admits(u))
+    narrowed = list(posix.narrowed)
+    if withheld:
+        narrowed.append(f"a manifest above it withholds it from {', '.join(withheld)}")
+    return Translation(both.acl, tuple(narrowed), posix.unmapped | both.unmapped)
+
+
 def _inodes(folders: Sequence[Path]) -> frozenset[tuple[int, int]]:
     found: set[tuple[int, int]] = set()
     for folder in folders:
@@ -231,6 +280,8 @@ class DriveConnector:
         refuse: Sequence[Path] = (),
         url_base: str | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        permissions: str = "manifests",
+        principals: PrincipalMap | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         # `name` namespaces the doc IDs (`<name>:<path>`); by default it is made from the folder's name.
@@ -242,6 +293,12 @@ class DriveConnector:
         self.refuse = tuple(Path(p).resolve() for p in refuse)
         self.url_base = url_base
         self.max_bytes = max_bytes
+        if permissions not in PERMISSIONS:
+            raise ValueError(f"permissions {permissions!r}: expected one of {', '.join(PERMISSIONS)}")
+        if permissions == "posix" and len(self.tenants) != 1:
+            raise ValueError("a drive with POSIX permissions feeds exactly one tenant (its files name none)")
+        self.permissions = permissions
+        self.principals = principals or PrincipalMap()
         self._errors: list[str] = []
         self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
         self._skipped: list[Skipped] = []
@@ -282,8 +339,12 @@ class DriveConnector:
         self._errors.extend(errors)
         root_manifest = tree.manifests.get("")
         url_base = self.url_base or (root_manifest.url_base if root_manifest is not None else None)
+        posix = await self._posix(tree, access) if self.permissions == "posix" else {}
         for file in tree.files:
             granted = access[file.rel]
+            narrowed: tuple[str, ...] = ()
+            if self.permissions == "posix":
+                granted, narrowed = posix[file.rel]
             if granted.tenant is None and not granted.locked:
                 # Locked, not skipped: a copy indexed under a tenant before must not keep its readers.
                 self._errors.append(f"{file.path}: no tenant: no {MANIFEST_NAME} in this folder or above sets `tenant`")
@@ -297,8 +358,37 @@ class DriveConnector:
                 source_url=document_url(url_base, file.rel),
                 fingerprint=f"{file.st.st_mtime_ns}-{file.st.st_size}",
                 fetch=self._reader(file),
+                narrowed=narrowed,
                 locked=granted.locked,
             )
+
+    async def _posix(self, tree: _Tree, access: dict[str, Access]) -> dict[str, tuple[Access, tuple[str, ...]]]:
+        """Each file's readers from its POSIX permissions, narrowed by the manifests above it, if any.
+
+        The tenant is the one the source declares. A manifest may only narrow: a reader must be
+        admitted by the file's permissions and by the manifests that have a rule for the file (as
+        written); a file no manifest says anything about keeps its POSIX readers; a locked
+        manifest locks as it does without POSIX; a file whose permissions cannot be read is locked."""
+        from connectors.posix import posix_access, system_users
+
+        users = await asyncio.to_thread(system_users)
+        found = await asyncio.to_thread(posix_access, self.root, [f.rel for f in tree.files], self.principals, users)
+        directory = users.directory()
+        (tenant,) = self.tenants
+        out: dict[str, tuple[Access, tuple[str, ...]]] = {}
+        for file in tree.files:
+            manifest = access[file.rel]
+            if file.rel in found.unreadable:
+                self._errors.append(f"{found.unreadable[file.rel]}: readable by nobody until it can be read")
+                out[file.rel] = Access(tenant, (), locked=True), ()
+            elif manifest.locked:
+                out[file.rel] = manifest, ()
+            else:
+                translation = found.translations[file.rel]
+                if _has_rule(tree.manifests, file.rel):
+                    translation = _narrowed_by(translation, manifest.acl, directory, self.principals)
+                out[file.rel] = Access(tenant, translation.acl), translation.narrowed
+        return out
 
     def _reader(self, file: _File) -> Callable[[], Awaitable[bytes]]:
         identity = (file.st.st_dev, file.st.st_ino)

@@ -10,6 +10,16 @@
     url_base = "https://intranet.example/handbook/"
 
     [[sources]]
+    name = "shared"
+    path = "/srv/shared"
+    tenants = ["acme"]             # exactly one: the files name none
+    permissions = "posix"          # readers from mode bits, owners, groups and POSIX ACLs
+    watch = true                   # chmod, chown and setfacl are file events too
+    [sources.principals]           # optional: system names to token names (default: the same)
+    users = { "jdoe" = "john.doe" }
+    groups = { "finance" = "fin" }
+
+    [[sources]]
     name = "wiki"
     kind = "git"                   # the wiki committed at `ref`
     path = "/srv/wiki.git"
@@ -67,6 +77,18 @@ IDLE_CAP_S = 5.0
 """The longest an idle scheduler sleeps without a change or a full pass due (a clock that jumped)."""
 
 
+class PrincipalsSettings(BaseModel):
+    """`[sources.principals]`: source users and groups to token principals (connectors.permissions).
+
+    Plain defaults: the same name (`ann` is `user:ann`, `hr` is `group:hr`); a name mapped to ""
+    grants nothing (reported in the pass's narrowed permissions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: dict[str, str] = Field(default_factory=dict)
+    groups: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSettings(BaseModel):
     """One `[[sources]]` entry of the settings file."""
 
@@ -82,9 +104,14 @@ class SourceSettings(BaseModel):
     url_base: str | None = None
     interval_s: float = Field(default=300.0, gt=0)
     watch: bool = False
+    permissions: Literal["manifests", "posix"] = "manifests"
+    """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
+    principals: PrincipalsSettings = PrincipalsSettings()
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
+        if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
+            raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
         if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
             raise ValueError("ref and subdir apply to kind = 'git' only")
         if self.kind == "git" and self.watch:
@@ -182,7 +209,18 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         return GitWikiConnector(
             source.path, tenants=source.tenants, ref=source.ref, subdir=source.subdir, name=source.name, **options
         )
-    return DriveConnector(source.path, source.name, tenants=source.tenants, refuse=[home], url_base=source.url_base)
+    from connectors.permissions import PrincipalMap
+
+    principals = PrincipalMap(users=dict(source.principals.users), groups=dict(source.principals.groups))
+    return DriveConnector(
+        source.path,
+        source.name,
+        tenants=source.tenants,
+        refuse=[home],
+        url_base=source.url_base,
+        permissions=source.permissions,
+        principals=principals,
+    )
 
 
 @dataclass
@@ -265,6 +303,48 @@ class ChangeWatcher:
             return change
 
 
+ACCOUNTS = Path("/etc")
+ACCOUNT_FILES = frozenset({"passwd", "group"})
+
+
+class AccountWatcher:
+    """watchdog on /etc (not recursive) for the user and group databases, for POSIX sources.
+
+    A user removed from a group (`gpasswd -d`, `usermod -G`) changes who may read without any event
+    in the folder; tools rewrite /etc/group through a temporary file and a rename, so a move whose
+    destination is one of these names counts too. A change is a change pass, never a deletion."""
+
+    def __init__(self, folder: Path = ACCOUNTS, names: frozenset[str] = ACCOUNT_FILES) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self._changed = threading.Event()
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                paths = (str(event.src_path), str(getattr(event, "dest_path", "") or ""))
+                if any(p and Path(p).name in names for p in paths):
+                    watcher._changed.set()
+
+        self._observer = Observer()
+        self._observer.schedule(Handler(), str(folder), recursive=False)
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join(5)
+
+    def take(self) -> bool:
+        changed = self._changed.is_set()
+        self._changed.clear()
+        return changed
+
+
 class SourceRunner:
     """When one source's next pass is due, and of which kind."""
 
@@ -282,8 +362,11 @@ class SourceRunner:
         self.clock = clock
         self.next_full = clock()  # a full pass first: the state may be behind the folder
         self.watcher: ChangeWatcher | None = None
+        self.accounts: AccountWatcher | None = None
         if source.watch:
             self.watcher = ChangeWatcher(source.path, ignore=[home])
+            if source.permissions == "posix" and ACCOUNTS.is_dir():
+                self.accounts = AccountWatcher()
 
     def due(self) -> str | None:
         """ "full", "changes" or None."""
@@ -293,6 +376,8 @@ class SourceRunner:
             change = self.watcher.take(self.debounce_s)
             if change is not None:
                 return "full" if change.removed else "changes"
+        if self.accounts is not None and self.accounts.take():
+            return "changes"
         return None
 
     def ran(self, kind: str) -> None:
@@ -320,6 +405,8 @@ class Scheduler:
         for runner in self.runners:
             if runner.watcher is not None:
                 runner.watcher.start()
+            if runner.accounts is not None:
+                runner.accounts.start()
         self._thread = threading.Thread(target=self._run, name="ragsync-sources", daemon=True)
         self._thread.start()
 
@@ -329,6 +416,8 @@ class Scheduler:
         for runner in self.runners:
             if runner.watcher is not None:
                 runner.watcher.stop()
+            if runner.accounts is not None:
+                runner.accounts.stop()
         if self._thread is not None:
             self._thread.join(timeout_s)  # a scan in progress is abandoned after that: its batches are durable
 

@@ -51,6 +51,14 @@ from streams.dispatch import Stats
     help="A tenant this source may hold (repeatable, or comma-separated; required): a manifest naming any other "
     "tenant locks its folder.",
 )
+@click.option(
+    "--permissions",
+    type=click.Choice(["manifests", "posix"]),
+    default="manifests",
+    show_default=True,
+    help="Where a folder's readers come from: its .ragsync-acl.toml manifests, or the files' own POSIX "
+    "permissions (mode bits, owners, groups, ACLs; one --tenant), which a manifest may only narrow.",
+)
 @click.option("--force", is_flag=True, help="Re-emit every document (e.g. after changing chunk settings).")
 @click.option("--no-apply", is_flag=True, help="Only publish events (cluster: workers apply them).")
 @click.option("--no-wait", is_flag=True, help="With a running `ragsync serve`: return once published.")
@@ -68,6 +76,7 @@ def sync(
     url_base: str | None,
     source_name: str | None,
     tenant: tuple[str, ...],
+    permissions: str,
     force: bool,
     no_apply: bool,
     no_wait: bool,
@@ -105,12 +114,21 @@ def sync(
     settings = settings_of(ctx)
     if watch and is_git:
         fail("--watch watches a folder; declare a git repository in [[sources]] with an interval_s", EXIT_USAGE)
+    if is_git and permissions != "manifests":
+        fail("--permissions posix reads a folder's own permissions; a git wiki has manifests only", EXIT_USAGE)
     tenants = declared_tenants(tenant, "sync")
     try:
         connector: SourceConnector = (
             GitWikiConnector(path, tenants=tenants, ref=ref, subdir=subdir, name=source_name)
             if is_git
-            else DriveConnector(path, source_name, tenants=tenants, refuse=[settings.home], url_base=url_base)
+            else DriveConnector(
+                path,
+                source_name,
+                tenants=tenants,
+                refuse=[settings.home],
+                url_base=url_base,
+                permissions=permissions,
+            )
         )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
