@@ -49,6 +49,7 @@ NOT_SETTINGS = frozenset(
         # the test suite
         "RAGSYNC_REQUIRE_SERVICES",
         "RAGSYNC_TEST_STORES",
+        "RAGSYNC_TEST_PROCESSES",
         "RAGSYNC_EVAL_REPORT",
     }
 )

@@ -36,4 +36,6 @@ fi
 
 ruff check .
 mypy
-RAGSYNC_REQUIRE_SERVICES=1 python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"
+# Two processes, whole modules each (module fixtures such as the fault tests' private services are
+# built once): most tests wait on services and subprocesses, so two cores run two modules at a time.
+RAGSYNC_REQUIRE_SERVICES=1 python3 -m pytest -q -p no:cacheprovider -n "${RAGSYNC_TEST_PROCESSES:-2}" --dist loadfile --durations=25 "$@"
