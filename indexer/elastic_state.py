@@ -161,6 +161,17 @@ class ElasticDocStates:
         )
         return {str(b["key"]) for b in response["aggregations"]["versions"]["buckets"]}
 
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Live (not deleted) documents per tenant (a terms aggregation), like SqliteDocStates'."""
+        self._es.indices.refresh(index=self.index)
+        response = self._es.search(
+            index=self.index,
+            size=0,
+            query={"bool": {"filter": [{"term": {"deleted": False}}]}},
+            aggregations={"tenants": {"terms": {"field": "tenant", "size": 10_000}}},
+        )
+        return {str(b["key"]): int(b["doc_count"]) for b in response["aggregations"]["tenants"]["buckets"]}
+
     def drop_all(self) -> None:
         """Delete this prefix's doc-state index (tests)."""
         self._es.indices.delete(index=self.index, ignore_unavailable=True)

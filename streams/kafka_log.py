@@ -27,7 +27,7 @@ from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from indexer.ports import StoreUnavailable
+from indexer.ports import PurgeDetails, Removal, StoreUnavailable
 from schemas.events import Event
 from streams.erasure import ROLL_KEY, RollSchedule, marker_value
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, Record, topic_for
@@ -215,6 +215,7 @@ class KafkaEventLog:
     """EventLog over Kafka. Thread-safe for publishing; poll/commit/rewind are serialised by a lock."""
 
     name = "kafka"
+    removal: Removal = "compaction"
 
     def __init__(
         self,
@@ -568,6 +569,18 @@ class KafkaEventLog:
             start = starts[tp].offset if tp in starts else committed[tp].offset
             total += max(0, ends[tp].offset - start)
         return total
+
+    def dead_letters(self) -> int:
+        """Dead letters ever written: the dlq topic's end offsets, summed over its partitions."""
+        kafka_topic = self.kafka_topic(TOPIC_DLQ)
+        tps = [TopicPartition(kafka_topic, p) for p in self._partitions[kafka_topic]]
+        with self._lock:
+            ends = retrying(self._admin.list_partition_offsets, {tp: OffsetSpec.LATEST for tp in tps})
+        return sum(int(ends[tp].offset) for tp in tps)
+
+    def purge(self) -> PurgeDetails:
+        """Nothing of ours to run: the broker's cleaner compacts erased records out (see `removal`)."""
+        return {}
 
     def close(self) -> None:
         with self._lock:
