@@ -25,6 +25,7 @@ from typing import Any
 
 from ragsync.home_lock import OwnerInfo
 from ragsync.wiring import Components
+from schemas.retry import Backoff
 from streams.embedded_worker import EmbeddedWorker
 from streams.ports import AppliedJournal
 
@@ -36,6 +37,8 @@ IDLE_POLL_S = 0.2
 """How often it looks once the log has been quiet for a few polls (the interval doubles up to this):
 bounds how long an event published into a quiet log waits, and keeps an idle serve's wake-ups, and
 so its CPU, low (bench/soak.py). Revocations are effective sooner, through the deny watcher."""
+STEP_RETRY = Backoff(0.5, 30.0)
+"""After an indexer step failed (a store outage): the batch stays uncommitted and is retried after this."""
 
 
 class Owner:
@@ -115,13 +118,13 @@ class Owner:
 
         assert self.worker is not None
         maintenance = Maintenance(self.components)
-        backoff = 0.5
+        failures = 0
         wait = self.poll_s
         while not self._stop.is_set():
             try:
                 if self.worker.step() > 0:
                     self._idle.clear()
-                    backoff, wait = 0.5, self.poll_s
+                    failures, wait = 0, self.poll_s
                     maintenance.purge_if_overdue()  # a deletion's bytes go within purge_max_delay_s, busy or not
                     continue
                 if maintenance.step():
@@ -130,10 +133,10 @@ class Owner:
                 self.last_error = None
             except Exception as exc:  # a store outage: the batch stays uncommitted, retry with backoff
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("indexer step failed; retrying in %.1fs", backoff)
+                failures += 1
+                log.exception("indexer step failed; retrying in %.1fs", STEP_RETRY.delay(failures))
                 self._idle.clear()
-                self._stop.wait(backoff)
-                backoff = min(30.0, backoff * 2)
+                self._stop.wait(STEP_RETRY.delay(failures))
                 continue
             self._idle.set()
             self._stop.wait(wait)

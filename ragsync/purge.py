@@ -26,6 +26,7 @@ from indexer.ports import PurgeDetails, PurgeRecord
 from indexer.sink import embedding_text
 from ragsync.wiring import Components
 from schemas._time import utcnow
+from schemas.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ RETRY_AFTER_S = 2.0
 RETRY_MAX_S = 60.0
 """After a store's purge failed or could not complete, the next try waits this long, doubling up to
 RETRY_MAX_S: a store that cannot purge (a reader holding its WAL) is retried, never spun on."""
+RETRY = Backoff(RETRY_AFTER_S, RETRY_MAX_S)
 
 
 class Purger:
@@ -141,7 +143,7 @@ class Purger:
                 incomplete.append(name)
         if incomplete:
             self._failures += 1
-            wait = min(RETRY_MAX_S, RETRY_AFTER_S * 2 ** (self._failures - 1))
+            wait = RETRY.delay(self._failures)
             self._retry_at = time.monotonic() + wait
             log.warning("purge incomplete for %s; retrying in %.0fs", ", ".join(incomplete), wait)
         else:

@@ -29,6 +29,7 @@ from kafka.structs import OffsetAndMetadata
 
 from indexer.ports import PurgeDetails, Removal, StoreUnavailable
 from schemas.events import Event
+from schemas.retry import Backoff, retry
 from streams.erasure import ROLL_KEY, RollSchedule, marker_value
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DLQ, TOPIC_DOCUMENTS, Record, topic_for
 
@@ -49,6 +50,7 @@ _CATCH_UP_WAIT_S = 2.0
 
 
 _RETRY_FOR_S = 30.0
+_RETRY_BACKOFF = Backoff(0.1, 2.0)
 
 CONNECT_TIMEOUT_S = 10.0
 """Default bound on reaching the broker (bootstrap, and a send's wait for metadata). kafka-python's own
@@ -81,17 +83,13 @@ class KafkaUnavailable(StoreUnavailable):
 def retrying(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`call(*args, **kwargs)`, retrying retriable Kafka errors (e.g. no group coordinator yet on a
     fresh broker) for up to 30 s: these calls are idempotent, and such errors clear on their own."""
-    deadline = time.monotonic() + _RETRY_FOR_S
-    delay = 0.1
-    while True:
-        try:
-            return call(*args, **kwargs)
-        except KafkaError as exc:
-            if not getattr(exc, "retriable", False) or time.monotonic() + delay > deadline:
-                raise
-            log.debug("retriable Kafka error, retrying in %.1fs: %s", delay, exc)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    return retry(
+        lambda: call(*args, **kwargs),
+        _RETRY_BACKOFF,
+        for_s=_RETRY_FOR_S,
+        retriable=lambda exc: isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False)),
+        on_retry=lambda _, delay, exc: log.debug("retriable Kafka error, retrying in %.1fs: %s", delay, exc),
+    )
 
 
 COMPACTION_SEGMENT_MS = 10_000
