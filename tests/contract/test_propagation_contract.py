@@ -25,7 +25,7 @@ def _sqlite(tmp: Path) -> Callable[[], Any]:
 
 def _elastic(tmp: Path) -> Callable[[], Any]:
     require_service("elasticsearch")
-    from indexer.elastic_state import ElasticPropagationLog
+    from indexer.elastic_propagation import ElasticPropagationLog
 
     prefix = unique("ragsync-test-")
     return lambda: ElasticPropagationLog("http://127.0.0.1:9200", prefix=prefix)

@@ -21,7 +21,8 @@ def _sqlite_states(tmp: Path) -> tuple[Any, Any]:
 
 def _elastic_states(tmp: Path) -> tuple[Any, Any]:
     require_service("elasticsearch")
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
 
     prefix = unique("ragsync-test-")
     return (
