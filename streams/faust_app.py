@@ -59,7 +59,7 @@ from schemas.events import DeletePayload, Event
 from schemas.retry import Backoff, retry_async
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
 from streams.erasure import ROLL_KEY, EraseMarker, RollSchedule, marker_value, parse_marker
-from streams.kafka_log import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
+from streams.kafka_admin import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
 from streams.ports import (
     EVENT_TOPICS,
     TOPIC_ACL,
