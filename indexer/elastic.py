@@ -440,6 +440,30 @@ class ElasticLexicalIndex:
             "deleted_docs_left": {i: self._shard_state(i)["deleted_docs"] for i in indexes},
         }
 
+    def purge_pending(self) -> int | None:
+        """Elasticsearch says how many deleted documents a purge left (`deleted_docs_left`), not before."""
+        return None
+
+    def merge_step(self) -> bool:
+        """Elasticsearch merges its segments on its own: nothing to do."""
+        return False
+
+    def passages_after(self, cursor: int, limit: int) -> list[tuple[int, Passage]]:
+        """No storage order to walk: a cluster worker embeds every passage when it applies it."""
+        return []
+
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Passages stored per tenant over every passage index of this prefix (a terms aggregation)."""
+        indexes = self.passage_indexes()
+        if not indexes:
+            return {}
+        response = self._es.search(
+            index=",".join(indexes),
+            size=0,
+            aggregations={"tenants": {"terms": {"field": "tenant", "size": 10_000}}},
+        )
+        return {str(b["key"]): int(b["doc_count"]) for b in response["aggregations"]["tenants"]["buckets"]}
+
     def drop_all(self) -> None:
         """Delete every passage index of this prefix (their aliases go with them); for tests.
 

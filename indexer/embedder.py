@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from indexer.embedding_cache import CachedEmbedder as CachedEmbedder  # re-export
-from indexer.ports import Embedder, Vectors
+from indexer.ports import Embedder, EmbeddingCache, Vectors
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,18 @@ class FastEmbedder:
         for position, index in enumerate(order):
             out[index] = rows[position]
         return out
+
+    @property
+    def cache(self) -> EmbeddingCache | None:
+        """No cache of its own: ragsync.wiring puts a CachedEmbedder in front."""
+        return None
+
+    def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
+        """Holds no entries: nothing to forget."""
+        return 0, []
+
+    def present(self, keys: Sequence[bytes]) -> int:
+        return 0
 
     def embed_query(self, text: str) -> Vectors:
         row: Vectors = self.embed([self.query_prefix + text])[0]

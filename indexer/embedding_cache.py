@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.ports import Embedder, EmbeddingCache, Vectors
+from indexer.ports import Embedder, EmbeddingCache, PurgeDetails, Removal, Vectors
 
 
 def embedding_key(model_name: str, text: str) -> bytes:
@@ -28,6 +28,8 @@ def embedding_key(model_name: str, text: str) -> bytes:
 
 class SqliteEmbeddingCache:
     """One table of (key, float32 bytes) in WAL mode: processes sharing a home share the cache."""
+
+    removal: Removal = "purge"
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ class SqliteEmbeddingCache:
                 removed += self._conn.execute(f"DELETE FROM vectors WHERE key IN ({marks})", chunk).rowcount
         return removed
 
-    def purge(self) -> dict[str, object]:
+    def purge(self) -> PurgeDetails:
         """Checkpoint and truncate the write-ahead log, the last file that held deleted entries."""
         with self._lock:
             busy, pages, moved = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,20 @@ from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
 Vectors = npt.NDArray[np.float32]
+
+
+Removal = Literal["purge", "compaction", "server"]
+"""How a deleted record's bytes leave an adapter's files; the ports whose adapters differ declare it as `removal`.
+
+"purge": the adapter's `purge()` rewrites them out, and ragsync.purge records each purge that completed.
+"compaction": the broker's log cleaner drops them on its own schedule; `remnants` reads what is left now.
+"server": the server frees them itself (Redis); there is nothing of ours to run or to record.
+"""
+
+PurgeDetails = dict[str, object]
+"""What a purge did, as counts and flags (never text). `complete` or `checkpoint_complete` False: it
+could not finish (a reader holding the WAL, a retention lease not yet past), so the purge is retried
+and no record says the bytes are gone."""
 
 
 class StoreUnavailable(RuntimeError):
@@ -125,6 +139,31 @@ class LexicalIndex(Protocol):
     def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
         """Every passage of the document (any version, ACL, date), sorted by passage_id: for verify."""
 
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Passages stored per tenant (any ACL, any date): for status, never for answering."""
+
+    # ---- deletion made physical, retention, upkeep (ragsync.purge, ragsync.maintenance) --------
+
+    def delete_superseded(self, before: datetime) -> list[Passage]:
+        """Delete every passage superseded before the instant, every tenant (retention); returns them,
+        so their embedding-cache entries can go too. None superseded: an empty list."""
+
+    def purge(self) -> PurgeDetails:
+        """Make every deletion so far physical: no file of the store keeps a deleted passage's text."""
+
+    def purge_pending(self) -> int | None:
+        """Index structures still holding deleted rows (FTS5 indexes not merged yet; 0 after a purge),
+        for deletion certificates; None when the store cannot say (Elasticsearch reports per purge)."""
+
+    def merge_step(self) -> bool:
+        """One bounded step of segment merging; False when there is nothing to merge or the store
+        merges on its own (Elasticsearch)."""
+
+    def passages_after(self, cursor: int, limit: int) -> list[tuple[int, Passage]]:
+        """Stored passages in storage order after `cursor`, each with its position, for the dense
+        backfill that embeds what a model-less sync left without a vector. A store with no storage
+        order of its own (Elasticsearch) returns none: there, a worker embeds every passage it applies."""
+
     def flush(self) -> None:
         """Make every write so far durable."""
 
@@ -153,6 +192,34 @@ class VectorIndex(Protocol):
 
     def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]: ...
 
+    def point_ids(self, ids: Sequence[int | str]) -> set[str]:
+        """Which of these point IDs the store holds (the dense backfill looks for missing ones)."""
+
+    # ---- deletion made physical, retention, upkeep (ragsync.purge, ragsync.maintenance) --------
+
+    def delete_superseded(self, before: datetime) -> None:
+        """Delete every point superseded before the instant, every tenant (retention)."""
+
+    def purge(self) -> PurgeDetails:
+        """Make every deletion so far physical (segments holding deleted points vacuumed)."""
+
+    def held(self, point_ids: Sequence[str]) -> int:
+        """How many of these points the store still holds (deletion certificates; 0 for none)."""
+
+    def deleted_vectors(self) -> int | None:
+        """Deleted vectors still waiting for a vacuum; None when the store cannot say."""
+
+    def indexed(self) -> tuple[int, int] | None:
+        """(points, points with an HNSW-indexed vector) when the index is ours to build, else None."""
+
+    def optimize_due(self, changed_at_least: int, quiet_s: float) -> bool:
+        """Whether that many points changed since the last optimize and no search ran for `quiet_s`;
+        always False for a server that builds its index itself (Qdrant)."""
+
+    def optimize(self) -> bool:
+        """Build HNSW and merge segments where the thresholds say so; True if it did work (False: a
+        server that optimizes on its own)."""
+
     def flush(self) -> None:
         """Make every write so far durable."""
 
@@ -168,6 +235,17 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> Vectors: ...
 
+    @property
+    def cache(self) -> EmbeddingCache | None:
+        """The embedding cache in front of the model (purged with the stores); None without one."""
+
+    def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
+        """Drop the cache entries of these texts (a deleted document's passages): (removed, their keys).
+        Without a cache: (0, []), nothing held."""
+
+    def present(self, keys: Sequence[bytes]) -> int:
+        """How many of these entries the cache still holds (deletion certificates); 0 without one."""
+
 
 class EmbeddingCache(Protocol):
     """Vectors (float32 bytes) by sha256(model, text): every embedder sharing one embeds a text once."""
@@ -177,8 +255,14 @@ class EmbeddingCache(Protocol):
 
     def put_many(self, items: Mapping[bytes, bytes]) -> None: ...
 
+    removal: Removal
+    """"purge" (SQLite: `purge` truncates the WAL that held removed entries) or "server" (Redis)."""
+
     def delete_many(self, keys: Sequence[bytes]) -> int:
         """Remove these entries (a deleted document's passages); raises when the store is unreachable."""
+
+    def purge(self) -> PurgeDetails:
+        """Make removals physical when `removal` is "purge"; otherwise nothing to do ({})."""
 
     def close(self) -> None: ...
 
@@ -282,6 +366,9 @@ class DocStateStore(Protocol):
 
     def states(self) -> list[DocState]:
         """Every document's state, tombstones included, sorted by (tenant, doc_id): for verify."""
+
+    def counts_by_tenant(self) -> dict[str, int]:
+        """Live (not deleted) documents per tenant, for status."""
 
     def flush(self) -> None:
         """Make every put so far durable; called only after every store flushed the same writes."""

@@ -5,7 +5,7 @@ event was published to the log, when a worker consumed it (the deny-set write: f
 is effective for queries), when each store's write returned, when the cache was invalidated, and
 when every store had it durably (converged; the deny entry is cleared then). `summarize` turns
 records into percentiles per copy and end to end, plus every event over the bound. Pure, except
-for the SQLite adapter at the bottom; the cluster adapter lives in indexer.elastic_state.
+for the SQLite adapter at the bottom; the cluster adapter lives in indexer.elastic_propagation.
 """
 
 from __future__ import annotations

@@ -215,6 +215,13 @@ class EdgeVectorIndex:
             info = self._shard.info()
         return {"vacuumed": optimized, "segments": int(info.segments_count), "points": int(info.points_count)}
 
+    def deleted_vectors(self) -> int | None:
+        """qdrant-edge does not report deleted vectors; `purge` vacuums every segment holding one."""
+        return None
+
+    def optimize_due(self, changed_at_least: int, quiet_s: float) -> bool:
+        return self.changed_since_optimize >= changed_at_least and time.monotonic() - self.last_search_at >= quiet_s
+
     def held(self, point_ids: Sequence[str]) -> int:
         """How many of these points the shard still holds (deletion certificates)."""
         if not point_ids:
@@ -318,7 +325,7 @@ class EdgeVectorIndex:
         self._shard = shard
         shutil.rmtree(self._old, ignore_errors=True)
 
-    def indexed(self) -> tuple[int, int]:
+    def indexed(self) -> tuple[int, int] | None:
         """(points, points with an HNSW-indexed vector)."""
         with self._lock:
             info = self._shard.info()

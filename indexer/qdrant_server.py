@@ -339,6 +339,26 @@ class QdrantVectorIndex:
         with self._guard():
             return len(self._client.retrieve(self.collection, ids=list(point_ids), with_payload=False))
 
+    def point_ids(self, ids: Sequence[int | str]) -> set[str]:
+        """Which of these point IDs the collection holds."""
+        if not ids:
+            return set()
+        with self._guard():
+            records = self._client.retrieve(self.collection, ids=list(ids), with_payload=False)
+        return {str(r.id) for r in records}
+
+    def indexed(self) -> tuple[int, int] | None:
+        """The server builds its HNSW index itself: not ours to report."""
+        return None
+
+    def optimize_due(self, changed_at_least: int, quiet_s: float) -> bool:
+        """The server optimizes on its own: never due here."""
+        return False
+
+    def optimize(self) -> bool:
+        """The server optimizes on its own: nothing to do."""
+        return False
+
     def payload_of(self, tenant: str, passage_id: str) -> dict[str, Any] | None:
         """What the collection holds for one passage (audits, tests); None when it holds nothing."""
         with self._guard():

@@ -23,6 +23,8 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from indexer.ports import PurgeDetails, Removal
+
 log = logging.getLogger(__name__)
 
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -32,6 +34,9 @@ DEFAULT_TTL_S = 30 * 24 * 3600
 
 
 class RedisEmbeddingCache:
+    removal: Removal = "server"
+    """Redis frees an unlinked entry itself; its snapshots and AOF rewrites are the server's to schedule."""
+
     def __init__(
         self,
         url: str,
@@ -93,6 +98,10 @@ class RedisEmbeddingCache:
         for start in range(0, len(unique), self.batch):
             removed += int(self._redis.unlink(*[self._key(k) for k in unique[start : start + self.batch]]))
         return removed
+
+    def purge(self) -> PurgeDetails:
+        """Nothing of ours to run (see `removal`)."""
+        return {}
 
     def drop_all(self) -> None:
         """Delete this namespace's embedding entries (tests)."""

@@ -99,7 +99,8 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
 
     lexical = components.lexical
     left = lexical.count(target.tenant, target.doc_id)
-    pending = getattr(lexical, "purge_pending", None)
+    pending = lexical.purge_pending()
+    unmerged: dict[str, Any] = {"unmerged_indexes": pending} if pending is not None else {}
     copies.append(
         _copy(
             lexical.name,
@@ -107,16 +108,18 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
             left,
             record.removed_at.get(lexical.name),
             _physical(purges, lexical.name, seq),
-            **({"unmerged_indexes": pending()} if callable(pending) else {}),
+            **unmerged,
         )
     )
 
     vector = components.vector
     if vector is not None:
         ids = list(details.get("point_ids", []))
-        holds = getattr(vector, "held", None)
-        held = holds(ids) if callable(holds) else 0
-        deleted_vectors = getattr(vector, "deleted_vectors", None)
+        held = vector.held(ids)
+        deleted_vectors = vector.deleted_vectors()
+        awaiting: dict[str, Any] = {}
+        if deleted_vectors is not None:
+            awaiting["deleted_vectors_awaiting_vacuum"] = deleted_vectors
         copies.append(
             _copy(
                 vector.name,
@@ -124,7 +127,7 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
                 vector.count(target.tenant, target.doc_id) + held,
                 record.removed_at.get(vector.name),
                 _physical(purges, vector.name, seq),
-                **({"deleted_vectors_awaiting_vacuum": deleted_vectors()} if callable(deleted_vectors) else {}),
+                **awaiting,
             )
         )
     elif vector is None and any(store.startswith("qdrant") for store in record.removed_at):
@@ -132,13 +135,12 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
 
     embedder = components.embedder
     keys = [bytes.fromhex(k) for k in details.get("embedding_keys", [])]
-    present = getattr(embedder, "present", None)
-    if callable(present):
+    if embedder is not None:
         copies.append(
             _copy(
                 EMBEDDING_CACHE,
                 f"entries keyed by the removed passages' text hashes ({len(keys)} keys)",
-                present(keys),
+                embedder.present(keys),
                 record.removed_at.get(EMBEDDING_CACHE),
                 _physical(purges, EMBEDDING_CACHE, seq),
                 physical_applies=any(p.store == EMBEDDING_CACHE for p in purges) or not keys,
@@ -170,32 +172,30 @@ def certificate(components: Components, name: str, tenant: str | None = None) ->
     )
 
     events = components.events
-    remnants_of = getattr(events, "remnants", None)
-    if callable(remnants_of):
-        # Every version: a record above the deleted one (a dead-lettered upsert) holds the document's text too.
-        found = remnants_of(target.tenant, target.doc_id, None)
-        kafka = getattr(events, "name", "") == "kafka"
-        for copy, topic, checked in (
-            ("event log", "documents", "upsert records of the document, at any version, carrying content"),
-            ("dead-letter topic", "dlq", "dead letters of the document still carrying its bytes"),
-        ):
-            left = int(found.get(topic, 0))
-            extra: dict[str, Any] = {}
-            if kafka:
-                # Read from the broker now: none left means compaction removed them from its files.
-                extra["compaction_bound_s"] = found.get("compaction_bound_s")
-                extra["observed_compacted"] = left == 0
-            copies.append(
-                _copy(
-                    copy,
-                    checked + (" (every record of the key's partition, read now)" if kafka else ""),
-                    left,
-                    None,
-                    _physical(purges, EVENT_LOG, seq),
-                    physical_applies=not kafka,
-                    **extra,
-                )
+    # Every version: a record above the deleted one (a dead-lettered upsert) holds the document's text too.
+    found = events.remnants(target.tenant, target.doc_id, None)
+    kafka = events.removal == "compaction"
+    for copy, topic, checked in (
+        ("event log", "documents", "upsert records of the document, at any version, carrying content"),
+        ("dead-letter topic", "dlq", "dead letters of the document still carrying its bytes"),
+    ):
+        left = int(found.get(topic, 0))
+        extra: dict[str, Any] = {}
+        if kafka:
+            # Read from the broker now: none left means compaction removed them from its files.
+            extra["compaction_bound_s"] = found.get("compaction_bound_s")
+            extra["observed_compacted"] = left == 0
+        copies.append(
+            _copy(
+                copy,
+                checked + (" (every record of the key's partition, read now)" if kafka else ""),
+                left,
+                None,
+                _physical(purges, EVENT_LOG, seq),
+                physical_applies=not kafka,
+                **extra,
             )
+        )
 
     copies.append(_connector_copy(components, target))
 

@@ -101,7 +101,7 @@ class ClusterAdapters:
         return ElasticDocStates(self.settings.es_url, prefix=self.settings.es_index_prefix)
 
     def audit(self) -> DeletionAudit:
-        from indexer.elastic_state import ElasticDeletionAudit
+        from indexer.elastic_audit import ElasticDeletionAudit
 
         return ElasticDeletionAudit(self.settings.es_url, prefix=self.settings.es_index_prefix)
 
@@ -111,7 +111,7 @@ class ClusterAdapters:
         return RedisDenySet(self.settings.redis_url, namespace=self.settings.redis_namespace)
 
     def propagation(self) -> PropagationLog:
-        from indexer.elastic_state import ElasticPropagationLog
+        from indexer.elastic_propagation import ElasticPropagationLog
 
         return ElasticPropagationLog(self.settings.es_url, prefix=self.settings.es_index_prefix)
 

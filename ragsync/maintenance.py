@@ -25,9 +25,8 @@ import time
 from dataclasses import dataclass
 
 from indexer.payload import point_id
-from indexer.qdrant_edge import EdgeVectorIndex
 from indexer.sink import embedding_text
-from indexer.sqlite_fts import SqliteLexicalIndex
+from ragsync.purge import RETENTION_EVERY_S, Purger
 from ragsync.wiring import Components
 
 log = logging.getLogger(__name__)
@@ -48,9 +47,9 @@ class DenseGap:
 
 
 def dense_gap(components: Components) -> DenseGap | None:
-    """Passages against vectors, or None when the stores cannot say (cluster) or dense is off."""
+    """Passages against vectors, or None when dense retrieval is off (no model, hence no vector store)."""
     lexical, vector = components.lexical, components.vector
-    if not isinstance(lexical, SqliteLexicalIndex) or not isinstance(vector, EdgeVectorIndex):
+    if vector is None:
         return None
     by_tenant = lexical.counts_by_tenant()
     return DenseGap(sum(by_tenant.values()), sum(vector.count(tenant) for tenant in by_tenant))
@@ -58,8 +57,6 @@ def dense_gap(components: Components) -> DenseGap | None:
 
 class Maintenance:
     def __init__(self, components: Components, *, optimize_after: int = OPTIMIZE_AFTER_CHANGED) -> None:
-        from ragsync.purge import Purger
-
         self.components = components
         self.optimize_after = optimize_after
         self.purger = Purger(components)
@@ -80,8 +77,6 @@ class Maintenance:
     def _purge_step(self) -> bool:
         """Deletions waiting to leave the stores' files physically: purge them (ragsync.purge), and
         apply `retain_superseded_days` once an hour."""
-        from ragsync.purge import RETENTION_EVERY_S
-
         days = self.components.settings.retain_superseded_days
         if days is not None and time.monotonic() - self._retention_at >= RETENTION_EVERY_S:
             self._retention_at = time.monotonic()
@@ -116,7 +111,7 @@ class Maintenance:
         if not self._backfill:
             return False
         lexical, vector, embedder = self.components.lexical, self.components.vector, self.components.embedder
-        if not isinstance(lexical, SqliteLexicalIndex) or not isinstance(vector, EdgeVectorIndex) or not embedder:
+        if vector is None or embedder is None:
             self._backfill = False
             return False
         rows = lexical.passages_after(self._cursor, BACKFILL_STEP)
@@ -135,26 +130,22 @@ class Maintenance:
         return True
 
     def _merge_step(self) -> bool:
-        lexical = self.components.lexical
-        return isinstance(lexical, SqliteLexicalIndex) and lexical.merge_step()
+        return self.components.lexical.merge_step()
 
     def _optimize_step(self) -> bool:
         if "vector" not in self.components.opened():
             return False
         vector = self.components.vector
-        if not isinstance(vector, EdgeVectorIndex) or vector.changed_since_optimize < self.optimize_after:
-            return False
-        if time.monotonic() - vector.last_search_at < QUIET_BEFORE_OPTIMIZE_S:
+        if vector is None or not vector.optimize_due(self.optimize_after, QUIET_BEFORE_OPTIMIZE_S):
             return False
         started = time.perf_counter()
-        points, _ = vector.indexed()
-        changed = vector.optimize()
-        if changed:
-            _, indexed = vector.indexed()
+        before = vector.indexed()
+        if vector.optimize():
+            after = vector.indexed()
             log.warning(
                 "vector index optimized in %.1fs: %d of %d points in HNSW",
                 time.perf_counter() - started,
-                indexed,
-                points,
+                after[1] if after is not None else 0,
+                before[0] if before is not None else 0,
             )
         return False

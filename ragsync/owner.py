@@ -25,6 +25,7 @@ from typing import Any
 
 from ragsync.home_lock import OwnerInfo
 from ragsync.wiring import EVENTS_DB, Components
+from schemas.retry import Backoff
 from streams.doorbell import Doorbell, FileBell
 from streams.embedded_worker import EmbeddedWorker
 from streams.ports import AppliedJournal
@@ -40,6 +41,8 @@ so its CPU, low (bench/soak.py). Revocations are effective sooner, through the d
 BELL_TIMEOUT_S = 1.0
 """An embedded owner sleeps until an append to its log rings the doorbell (streams.doorbell): this
 only stands in for a lost notification and paces maintenance while nothing is appended."""
+STEP_RETRY = Backoff(0.5, 30.0)
+"""After an indexer step failed (a store outage): the batch stays uncommitted and is retried after this."""
 
 
 class Owner:
@@ -131,14 +134,14 @@ class Owner:
 
         assert self.worker is not None
         maintenance = Maintenance(self.components)
-        backoff = 0.5
+        failures = 0
         wait = self.poll_s
         while not self._stop.is_set():
             mark = self.bell.rings if self.bell is not None else 0
             try:
                 if self.worker.step() > 0:
                     self._idle.clear()
-                    backoff, wait = 0.5, self.poll_s
+                    failures, wait = 0, self.poll_s
                     maintenance.purge_if_overdue()  # a deletion's bytes go within purge_max_delay_s, busy or not
                     continue
                 if maintenance.step():
@@ -147,10 +150,10 @@ class Owner:
                 self.last_error = None
             except Exception as exc:  # a store outage: the batch stays uncommitted, retry with backoff
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("indexer step failed; retrying in %.1fs", backoff)
+                failures += 1
+                log.exception("indexer step failed; retrying in %.1fs", STEP_RETRY.delay(failures))
                 self._idle.clear()
-                self._stop.wait(backoff)
-                backoff = min(30.0, backoff * 2)
+                self._stop.wait(STEP_RETRY.delay(failures))
                 continue
             self._idle.set()
             if self.bell is not None:

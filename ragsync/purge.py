@@ -22,9 +22,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from indexer.audit_records import KIND_DELETION, KIND_PURGE
-from indexer.ports import PurgeRecord
+from indexer.ports import PurgeDetails, PurgeRecord
+from indexer.sink import embedding_text
 from ragsync.wiring import Components
 from schemas._time import utcnow
+from schemas.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ RETRY_AFTER_S = 2.0
 RETRY_MAX_S = 60.0
 """After a store's purge failed or could not complete, the next try waits this long, doubling up to
 RETRY_MAX_S: a store that cannot purge (a reader holding its WAL) is retried, never spun on."""
+RETRY = Backoff(RETRY_AFTER_S, RETRY_MAX_S)
 
 
 class Purger:
@@ -91,20 +94,21 @@ class Purger:
         """Pending, and not waiting to retry a purge that failed."""
         return time.monotonic() >= self._retry_at and self.pending() > 0
 
-    def _targets(self) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
-        """(copy name, purge call) for every opened store that can purge; nothing is opened here."""
+    def _targets(self) -> list[tuple[str, Callable[[], PurgeDetails]]]:
+        """(copy name, purge call) for every opened store whose bytes leave by a purge of ours (see
+        indexer.ports.Removal: Kafka's compaction and Redis are not); nothing is opened here."""
         c = self.components
         opened = set(c.opened())
-        out: list[tuple[str, Callable[[], dict[str, Any]]]] = []
-        if "lexical" in opened and hasattr(c.lexical, "purge"):
+        out: list[tuple[str, Callable[[], PurgeDetails]]] = []
+        if "lexical" in opened:
             out.append((c.lexical.name, c.lexical.purge))
-        if "vector" in opened and c.vector is not None and hasattr(c.vector, "purge"):
+        if "vector" in opened and c.vector is not None:
             out.append((c.vector.name, c.vector.purge))
-        if "events" in opened and hasattr(c.events, "purge"):
+        if "events" in opened and c.events.removal == "purge":
             out.append((EVENT_LOG, c.events.purge))
         embedder = c.embedder if "embedder" in opened else None
-        cache = getattr(embedder, "cache", None)
-        if cache is not None and hasattr(cache, "purge"):
+        cache = embedder.cache if embedder is not None else None
+        if cache is not None and cache.removal == "purge":
             out.append((EMBEDDING_CACHE, cache.purge))
         return out
 
@@ -139,7 +143,7 @@ class Purger:
                 incomplete.append(name)
         if incomplete:
             self._failures += 1
-            wait = min(RETRY_MAX_S, RETRY_AFTER_S * 2 ** (self._failures - 1))
+            wait = RETRY.delay(self._failures)
             self._retry_at = time.monotonic() + wait
             log.warning("purge incomplete for %s; retrying in %.0fs", ", ".join(incomplete), wait)
         else:
@@ -154,19 +158,13 @@ class Purger:
         """Delete passages superseded more than `days` ago from every store; returns how many."""
         c = self.components
         cutoff = self.clock() - timedelta(days=days)
-        expire = getattr(c.lexical, "delete_superseded", None)
-        if expire is None:
-            return 0
-        removed = expire(cutoff)
+        removed = c.lexical.delete_superseded(cutoff)
         if not removed:
             return 0
-        if c.vector is not None and hasattr(c.vector, "delete_superseded"):
+        if c.vector is not None:
             c.vector.delete_superseded(cutoff)
-        forget = getattr(c.embedder, "forget", None)
-        if callable(forget):
-            from indexer.sink import embedding_text
-
-            forget([embedding_text(p) for p in removed])
+        if c.embedder is not None:
+            c.embedder.forget([embedding_text(p) for p in removed])
         c.audit.append_purge(
             PurgeRecord(
                 store=RETENTION,

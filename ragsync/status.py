@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexer.state import SqliteDocStates
 from ragsync.home_lock import OwnerInfo
 from ragsync.maintenance import dense_gap
 from ragsync.sync_history import SyncHistory
 from ragsync.wiring import Components
 from streams.embedded_worker import GROUP
-from streams.ports import EVENT_TOPICS, TOPIC_DLQ, AppliedJournal
+from streams.ports import EVENT_TOPICS
 
 
 def owner_summary(owner: OwnerInfo | None) -> dict[str, Any] | None:
@@ -31,13 +30,11 @@ def home_status(components: Components, owner: OwnerInfo | None, *, stores: bool
         "owner": owner_summary(owner),
         "backlog": {t: events.lag(t, GROUP) for t in EVENT_TOPICS},
     }
-    if isinstance(events, AppliedJournal):
-        info["dead_letters"] = events.end_offsets([TOPIC_DLQ])[TOPIC_DLQ]
+    info["dead_letters"] = events.dead_letters()
     lexical = components.lexical
     info["lexical"] = lexical.name
-    docs = components.docs
-    documents = docs.counts_by_tenant() if isinstance(docs, SqliteDocStates) else {}
-    passages: dict[str, int] = getattr(lexical, "counts_by_tenant", dict)()
+    documents = components.docs.counts_by_tenant()
+    passages = lexical.counts_by_tenant()
     tenants: dict[str, dict[str, int]] = {
         tenant: {"documents": documents.get(tenant, 0), "passages": passages.get(tenant, 0)}
         for tenant in sorted({*documents, *passages})
@@ -60,9 +57,9 @@ def home_status(components: Components, owner: OwnerInfo | None, *, stores: bool
         gap = dense_gap(components)
         if gap is not None:
             dense.update(passages=gap.passages, vectors=gap.vectors, missing=gap.missing, complete=gap.missing == 0)
-        indexed = getattr(vector, "indexed", None)
+        indexed = vector.indexed()
         if indexed is not None:
-            dense["hnsw_indexed_points"] = indexed()[1]
+            dense["hnsw_indexed_points"] = indexed[1]
     else:  # no model loaded: dense retrieval is off, and whatever the vectors are, they are not searched
         dense.update(passages=sum(passages.values()), complete=False)
     info["dense"] = dense

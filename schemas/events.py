@@ -113,7 +113,7 @@ EXTRACTED_CONTENT_TYPES: frozenset[str] = frozenset(get_args(ExtractedContentTyp
 
 MAX_EVENT_BYTES = 10 * 1024 * 1024
 """The largest serialized event every event log takes (Kafka's producer and topics are set for it,
-streams/kafka_log.py): a connector reports a bigger document as too large instead of publishing it."""
+streams/kafka_admin.py): a connector reports a bigger document as too large instead of publishing it."""
 
 
 class EventKind(StrEnum):

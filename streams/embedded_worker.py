@@ -22,12 +22,12 @@ deleted or superseded documents is erased from the log; erasures are then purged
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 
 from indexer.ports import Vectors
 from indexer.sink import ApplyResult, IndexSink, Outcome, Preempted
 from schemas.events import Event
+from schemas.retry import Backoff, retry
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
 from streams.ports import (
     EVENT_TOPICS,
@@ -198,16 +198,14 @@ class EmbeddedWorker:
     def _apply_with_retries(
         self, record: Record, event: Event | InvalidEvent, vectors: dict[str, Vectors]
     ) -> tuple[str | None, ApplyResult | None]:
-        attempt = 0
-        while True:
-            try:
-                return apply_record(self.sink, record, self.stats, self.revocation_bound_s, vectors, event)
-            except Exception:
-                attempt += 1
-                if attempt > self.max_retries:
-                    raise
-                log.exception("store write failed on %s@%d, retry %d", record.topic, record.offset, attempt)
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        return retry(
+            lambda: apply_record(self.sink, record, self.stats, self.revocation_bound_s, vectors, event),
+            Backoff(self.backoff_s),
+            attempts=self.max_retries,
+            on_retry=lambda attempt, _, __: log.exception(
+                "store write failed on %s@%d, retry %d", record.topic, record.offset, attempt
+            ),
+        )
 
     def _commit(
         self,

@@ -1,6 +1,6 @@
 """Erasing a document's content from Kafka, where records cannot be rewritten: markers, tombstones, rolls.
 
-The documents and dlq topics are compacted by key (`tenant/doc_id`, streams.kafka_log.TOPIC_CONFIGS),
+The documents and dlq topics are compacted by key (`tenant/doc_id`, streams.kafka_admin.TOPIC_CONFIGS),
 so a tombstone (a record of the key with no value) makes the broker drop every earlier record of
 that key. Appending one the moment a deletion is applied could drop an upsert of a re-created
 document that was published before the tombstone but not consumed yet (the documents topic may

@@ -56,9 +56,10 @@ import faust
 from indexer.sink import ApplyResult, IndexSink
 from ragsync.settings import Settings, SettingsError
 from schemas.events import DeletePayload, Event
+from schemas.retry import Backoff, retry_async
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
 from streams.erasure import ROLL_KEY, EraseMarker, RollSchedule, marker_value, parse_marker
-from streams.kafka_log import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
+from streams.kafka_admin import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
 from streams.ports import (
     EVENT_TOPICS,
     TOPIC_ACL,
@@ -177,22 +178,22 @@ class Indexer:
         other agents, heartbeats and commits meanwhile.
         """
         stats = self.stats[record.topic]
-        attempt = 0
-        while True:
-            try:
-                return await asyncio.to_thread(self._apply_durably, record, stats)
-            except Exception:
-                attempt += 1
-                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
-                log.exception(
-                    "store write failed on %s[%d]@%d (attempt %d), retrying in %.1fs",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    attempt,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+        return await retry_async(
+            lambda: asyncio.to_thread(self._apply_durably, record, stats),
+            self.backoff(),
+            on_retry=lambda attempt, delay, _: log.exception(
+                "store write failed on %s[%d]@%d (attempt %d), retrying in %.1fs",
+                record.topic,
+                record.partition,
+                record.offset,
+                attempt,
+                delay,
+            ),
+        )
+
+    def backoff(self) -> Backoff:
+        """Between retries of a write or send that must land (the agent's partition waits meanwhile)."""
+        return Backoff(self.backoff_s, self.max_backoff_s)
 
     def _apply_durably(
         self, record: Record, stats: Stats
@@ -268,33 +269,36 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
 
     async def dead_letter(record: Record, reason: str) -> None:
         """Send and wait for the broker's ack (force=True: not deferred to the commit)."""
-        attempt = 0
-        while True:
-            try:
-                pending = await dlq.send(key=record.key.encode(), value=bounded_dead_letter(record, reason), force=True)
-                await pending
-                return
-            except Exception:
-                attempt += 1
-                delay = min(indexer.max_backoff_s, indexer.backoff_s * 2 ** (attempt - 1))
-                log.exception("dead-lettering %s@%d failed, retrying in %.1fs", record.topic, record.offset, delay)
-                await asyncio.sleep(delay)
+
+        async def send() -> None:
+            pending = await dlq.send(key=record.key.encode(), value=bounded_dead_letter(record, reason), force=True)
+            await pending
+
+        await retry_async(
+            send,
+            indexer.backoff(),
+            on_retry=lambda _, delay, __: log.exception(
+                "dead-lettering %s@%d failed, retrying in %.1fs", record.topic, record.offset, delay
+            ),
+        )
 
     documents = topics[TOPIC_DOCUMENTS]
 
     async def send_durably(target: Any, key: bytes, value: bytes | None, partition: int | None = None) -> int:
         """Send one record and wait for the broker's ack; returns its partition."""
-        attempt = 0
-        while True:
-            try:
-                pending = await target.send(key=key, value=value, partition=partition, force=True)
-                metadata = await pending
-                return int(metadata.partition)
-            except Exception:
-                attempt += 1
-                delay = min(indexer.max_backoff_s, indexer.backoff_s * 2 ** (attempt - 1))
-                log.exception("send to %s failed, retrying in %.1fs", target.get_topic_name(), delay)
-                await asyncio.sleep(delay)
+
+        async def send() -> int:
+            pending = await target.send(key=key, value=value, partition=partition, force=True)
+            metadata = await pending
+            return int(metadata.partition)
+
+        return await retry_async(
+            send,
+            indexer.backoff(),
+            on_retry=lambda _, delay, __: log.exception(
+                "send to %s failed, retrying in %.1fs", target.get_topic_name(), delay
+            ),
+        )
 
     async def erase(marker: EraseMarker) -> None:
         """The documents consumer reached an erase marker: everything of the key before it is applied,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from indexer.ports import PurgeDetails, Removal
 from schemas.events import Event, EventKind
 
 TOPIC_DOCUMENTS = "documents"
@@ -43,6 +44,10 @@ class Record:
 
 
 class EventLog(Protocol):
+    removal: Removal
+    """How erased records leave the log's files: "purge" (SQLite: `purge` checkpoints them out of the
+    WAL) or "compaction" (Kafka: the broker's cleaner drops them; `remnants` reads the broker now)."""
+
     def publish(self, event: Event) -> None:
         """Durably append the event to its kind's topic, keyed by tenant/doc_id."""
 
@@ -84,6 +89,17 @@ class EventLog(Protocol):
 
     def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
         """After an upsert was applied: remove the content of the document's older upserts."""
+
+    def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, Any]:
+        """Records of the document (versions up to the given one; None: every version) still carrying a
+        value, per topic (`documents`, `dlq`), read now: what a deletion certificate reports. A log
+        removed by "compaction" adds `compaction_bound_s`, how long its cleaner may take."""
+
+    def purge(self) -> PurgeDetails:
+        """When `removal` is "purge": make erased values leave the log's files; otherwise nothing to do ({})."""
+
+    def dead_letters(self) -> int:
+        """Dead letters ever written (the dlq topic's end offsets), for status."""
 
     def close(self) -> None: ...
 

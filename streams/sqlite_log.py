@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from indexer.ports import Removal
 from schemas.events import Event
 from streams.ports import TOPIC_DLQ, TOPIC_DOCUMENTS, AppliedEntry, Record, topic_for
 
@@ -66,6 +67,7 @@ class SqliteEventLog:
     """Single-partition topics: ordering per document holds because ordering per topic does."""
 
     name = "sqlite"
+    removal: Removal = "purge"
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,6 +308,9 @@ class SqliteEventLog:
             if topic == TOPIC_DLQ or up_to_version is None or known is None or known <= up_to_version:
                 out[topic] += 1
         return out
+
+    def dead_letters(self) -> int:
+        return self.end_offsets([TOPIC_DLQ])[TOPIC_DLQ]
 
     def purge(self) -> dict[str, Any]:
         """Checkpoint and truncate the write-ahead log: erased values leave the last file that held them."""

@@ -22,7 +22,7 @@ from test_cluster_end_to_end import cluster_env as cluster_env  # the fixture
 from test_deletion_physical import KEEP_WORDS, V1_WORDS, found_in, v1
 
 from streams.faust_app import MAINTENANCE_INTERVAL_S
-from streams.kafka_log import ERASE_BOUND_S
+from streams.kafka_admin import ERASE_BOUND_S
 
 DOC = "acme/ops/plan.md"
 

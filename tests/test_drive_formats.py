@@ -374,7 +374,7 @@ async def test_a_scan_indexes_every_format_and_reports_each_unreadable_file(tmp_
 async def test_a_document_whose_event_would_not_fit_the_log_is_reported_too_large(tmp_path: Path) -> None:
     """Published, it would be refused by Kafka and stop every later scan; its ACL still moves."""
     from schemas.events import MAX_EVENT_BYTES
-    from streams.kafka_log import MAX_MESSAGE_BYTES
+    from streams.kafka_admin import MAX_MESSAGE_BYTES
 
     assert MAX_EVENT_BYTES == MAX_MESSAGE_BYTES, "the connector's limit is what the log accepts"
     root = tmp_path / "drive"

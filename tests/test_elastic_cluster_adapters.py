@@ -92,7 +92,8 @@ def test_build_cluster_wires_the_cluster_adapters(tmp_path: Path) -> None:
     for service in ("elasticsearch", "redis", "kafka", "qdrant"):
         require_service(service)
     from indexer.elastic import ElasticLexicalIndex
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
     from indexer.qdrant_server import QdrantVectorIndex
     from indexer.redis_cache import RedisCache
     from ragsync.cluster import build_cluster

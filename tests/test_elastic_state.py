@@ -25,7 +25,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def prefix() -> Iterator[str]:
     require_service("elasticsearch")
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
 
     value = unique("ragsync-test-")
     yield value
@@ -82,7 +83,7 @@ def test_chunker_versions_of_live_documents(prefix: str) -> None:
 
 
 def test_audit_round_trips_instants_to_the_millisecond(prefix: str) -> None:
-    from indexer.elastic_state import ElasticDeletionAudit
+    from indexer.elastic_audit import ElasticDeletionAudit
 
     audit = ElasticDeletionAudit(ES, prefix=prefix)
     try:
@@ -98,7 +99,7 @@ def test_audit_round_trips_instants_to_the_millisecond(prefix: str) -> None:
 
 
 def test_redelivery_never_overwrites_the_first_record(prefix: str) -> None:
-    from indexer.elastic_state import ElasticDeletionAudit
+    from indexer.elastic_audit import ElasticDeletionAudit
 
     audit = ElasticDeletionAudit(ES, prefix=prefix)
     other = ElasticDeletionAudit(ES, prefix=prefix)  # a second worker redelivering the same event
@@ -117,7 +118,7 @@ def test_concurrent_appenders_make_one_chain(prefix: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from indexer.audit_chain import verify
-    from indexer.elastic_state import ElasticDeletionAudit
+    from indexer.elastic_audit import ElasticDeletionAudit
 
     workers = [ElasticDeletionAudit(ES, prefix=prefix) for _ in range(3)]
     try:
@@ -138,10 +139,10 @@ def test_concurrent_appenders_make_one_chain(prefix: str) -> None:
 
 
 def test_audit_pages_past_one_search_page(prefix: str, monkeypatch: Any) -> None:
-    import indexer.elastic_state as state
+    import indexer.elastic_audit as elastic_audit
 
-    monkeypatch.setattr(state, "PAGE_SIZE", 4)
-    audit = state.ElasticDeletionAudit(ES, prefix=prefix)
+    monkeypatch.setattr(elastic_audit, "PAGE_SIZE", 4)
+    audit = elastic_audit.ElasticDeletionAudit(ES, prefix=prefix)
     try:
         for i in range(9):
             audit.append(record(f"e{i}", received_ms=i))
@@ -154,7 +155,7 @@ def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
     from elasticsearch import Elasticsearch
 
     from indexer.audit_chain import verify
-    from indexer.elastic_state import ElasticDeletionAudit
+    from indexer.elastic_audit import ElasticDeletionAudit
 
     es = Elasticsearch(ES)
     old = f"{prefix}-deletion-audit"

@@ -623,7 +623,7 @@ def test_a_store_error_is_retried_with_backoff_inside_its_agent_while_other_topi
 
 def test_an_oversized_dead_letter_is_cut_to_fit_a_kafka_record() -> None:
     from streams.faust_app import bounded_dead_letter
-    from streams.kafka_log import MAX_MESSAGE_BYTES
+    from streams.kafka_admin import MAX_MESSAGE_BYTES
     from streams.ports import Record
 
     huge = Record(TOPIC_DOCUMENTS, 1, 7, "acme/big.md", b"\xff" * (MAX_MESSAGE_BYTES - 1000))

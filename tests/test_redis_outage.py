@@ -80,7 +80,8 @@ def private_redis(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str
 def test_answers_stay_correct_through_a_redis_outage(private_redis: tuple[subprocess.Popen[bytes], str]) -> None:
     require_service("elasticsearch")
     from indexer.elastic import ElasticLexicalIndex
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
     from indexer.redis_cache import RedisCache
     from indexer.redis_deny import RedisDenySet
 

@@ -95,3 +95,19 @@ def test_redis_outage_makes_the_cache_a_miss_not_an_error() -> None:
     embedder = CachedEmbedder(model, down)
     assert embedder.embed(["x", "y"]).shape == (2, 8) and model.embedded == ["x", "y"]
     embedder.close()
+
+
+def test_forget_present_and_purge_as_deletions_use_them(open_embedding_cache: Callable[[], Any]) -> None:
+    embedder = CachedEmbedder(CountingEmbedder(), open_embedding_cache())
+    embedder.embed(["kept text", "gone text"])
+    keys = [embedding_key("model-a", t) for t in ("kept text", "gone text")]
+    assert embedder.present(keys) == 2 and embedder.present([]) == 0
+    removed, forgotten = embedder.forget(["gone text", "gone text"])
+    assert removed == 1 and forgotten == [keys[1]]
+    assert embedder.present(keys) == 1 and embedder.forget([]) == (0, [])
+    cache = embedder.cache
+    if cache.removal == "purge":  # our files held the entry: the purge checkpoints it out
+        assert cache.purge().get("checkpoint_complete") is True
+    else:  # the server frees it itself: nothing of ours to run
+        assert cache.removal == "server" and cache.purge() == {}
+    assert embedder.present(keys) == 1

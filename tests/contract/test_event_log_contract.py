@@ -101,3 +101,29 @@ def test_raw_bytes_round_trip(event_log: Any) -> None:
     event_log.flush()
     got = poll_all(event_log, TOPIC_DOCUMENTS, "g3", 1)
     assert got[0].value == b"\xff not json" and got[0].key == "acme/bad"
+
+
+# ---- remnants, physical removal, dead letters: declared on the port, answered by every adapter ----
+
+
+def test_remnants_count_valued_records_and_removal_says_who_removes_them(event_log: Any) -> None:
+    from streams.ports import TOPIC_DLQ
+
+    dead_before = event_log.dead_letters()
+    doc = f"test:{time.monotonic_ns()}.md"
+    for v in (1, 2):
+        event_log.publish(upsert(doc, v))
+    event_log.publish_raw(TOPIC_DLQ, f"acme/{doc}", b'{"reason": "bad"}')
+    event_log.flush()
+    assert event_log.dead_letters() == dead_before + 1
+    found = event_log.remnants("acme", doc)
+    assert found["documents"] == 2 and found["dlq"] == 1
+    assert event_log.remnants("acme", doc, 1)["documents"] == 1
+    assert event_log.remnants("acme", "test:never.md")["documents"] == 0
+    if event_log.removal == "purge":  # the log rewrites erased records itself; purge checkpoints them out
+        event_log.erase_document("acme", doc, 2)
+        assert event_log.remnants("acme", doc) == {"documents": 0, "dlq": 0}
+        assert event_log.purge().get("checkpoint_complete") is True
+    else:  # the broker's cleaner removes them: nothing of ours to purge, and the certificate says how long
+        assert event_log.removal == "compaction"
+        assert event_log.purge() == {} and found["compaction_bound_s"] > 0

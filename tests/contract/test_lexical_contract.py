@@ -281,3 +281,52 @@ def test_grant_instants_admit_an_entry_only_from_its_instant_on(lexical_index: A
     assert lexical_index.passages(staff_at, ["doc.md@1#q-1"]) == [], "replaced, not merged"
     (held,) = lexical_index.inventory("acme", "doc.md")
     assert held.acl == ("group:staff",) and [e for e, _ in held.since] == ["group:staff"]
+
+
+# ---- retention, physical purge and upkeep: declared on the port, answered by every adapter ----
+
+
+def test_retention_deletes_only_what_was_superseded_before_the_cutoff(lexical_index: Any) -> None:
+    old = make_passage("aardvark retired wording", doc_id="old.md", superseded_on=NOW - timedelta(days=10))
+    recent = make_passage("aardvark recent wording", doc_id="recent.md", superseded_on=NOW - timedelta(days=1))
+    live = make_passage("aardvark current wording", doc_id="live.md")
+    other = make_passage("aardvark elsewhere", tenant="globex", doc_id="x.md")
+    lexical_index.upsert([old, recent, live, other])
+    lexical_index.flush()
+    assert lexical_index.counts_by_tenant() == {"acme": 3, "globex": 1}
+    removed = lexical_index.delete_superseded(NOW - timedelta(days=5))
+    assert [p.passage_id for p in removed] == [old.passage_id] and removed[0].text == old.text
+    assert lexical_index.delete_superseded(NOW - timedelta(days=5)) == []  # nothing left to do
+    assert lexical_index.counts_by_tenant() == {"acme": 2, "globex": 1}
+    assert lexical_index.count("acme", "old.md") == 0 and lexical_index.count("acme", "recent.md") == 1
+
+
+def test_purge_completes_and_leaves_nothing_pending(lexical_index: Any) -> None:
+    lexical_index.upsert([make_passage("zebra gone soon", doc_id="gone.md"), make_passage("zebra kept")])
+    lexical_index.flush()
+    lexical_index.delete_doc("acme", "gone.md")
+    lexical_index.flush()
+    before = lexical_index.purge_pending()
+    assert before is None or before > 0  # a store that can say reports the unmerged deletion
+    details = lexical_index.purge()
+    assert details.get("complete", True) and details.get("checkpoint_complete", True), details
+    assert lexical_index.purge_pending() in (None, 0)
+    assert ids(lexical_index.search("zebra", STAFF, 10, 0.0)) == [make_passage("zebra kept").passage_id]
+
+
+def test_upkeep_steps_are_bounded_and_walk_storage_order(lexical_index: Any) -> None:
+    passages = [make_passage(f"yak number {i}", anchor=f"r-{i}") for i in range(5)]
+    lexical_index.upsert(passages)
+    lexical_index.flush()
+    steps = 0
+    while lexical_index.merge_step():  # False once nothing is left to merge (at once where the store merges itself)
+        steps += 1
+        assert steps < 1000
+    walked: list[tuple[int, Any]] = []
+    cursor = 0
+    while batch := lexical_index.passages_after(cursor, 2):
+        assert len(batch) <= 2 and all(pos > cursor for pos, _ in batch)
+        walked.extend(batch)
+        cursor = batch[-1][0]
+    # Every passage once, or none where the store has no storage order (a cluster worker embeds as it applies).
+    assert sorted(p.passage_id for _, p in walked) in ([], sorted(p.passage_id for p in passages))

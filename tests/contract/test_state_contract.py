@@ -21,7 +21,8 @@ def _sqlite_states(tmp: Path) -> tuple[Any, Any]:
 
 def _elastic_states(tmp: Path) -> tuple[Any, Any]:
     require_service("elasticsearch")
-    from indexer.elastic_state import ElasticDeletionAudit, ElasticDocStates
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
 
     prefix = unique("ragsync-test-")
     return (
@@ -173,3 +174,13 @@ def test_states_lists_every_document_and_tombstone_in_order(stores: tuple[Any, A
         ("globex", "d:b.md", 1, False),
     ]
     assert listed[2].passage_ids == ["p"] and listed[0].acl == ("group:staff",)
+
+
+def test_counts_by_tenant_count_live_documents_only(stores: tuple[Any, Any]) -> None:
+    docs, _ = stores
+    assert docs.counts_by_tenant() == {}
+    for tenant, doc, deleted in (("acme", "a.md", False), ("acme", "b.md", False), ("acme", "c.md", True)):
+        docs.put(DocState(tenant=tenant, doc_id=doc, applied_version=1, deleted=deleted))
+    docs.put(DocState(tenant="globex", doc_id="a.md", applied_version=1))
+    docs.flush()
+    assert docs.counts_by_tenant() == {"acme": 2, "globex": 1}

@@ -152,3 +152,29 @@ def test_grant_instants_admit_an_entry_only_from_its_instant_on(vector_index: An
     assert found(("group:hr",), NOW) == []
     (held,) = vector_index.inventory("acme", "doc.md")
     assert held.acl == ("group:staff",) and [e for e, _ in held.since] == ["group:staff"]
+
+
+# ---- retention, physical purge, probes and upkeep: declared on the port, answered by every adapter ----
+
+
+def test_retention_purge_and_what_the_store_still_holds(vector_index: Any) -> None:
+    from indexer.payload import point_id
+
+    old = make_passage("a", doc_id="old.md", superseded_on=NOW - timedelta(days=10))
+    live = make_passage("b", doc_id="live.md")
+    vector_index.upsert([old, live], np.stack([unit(1), unit(0, 1)]))
+    vector_index.flush()
+    points = [point_id(p.tenant, p.passage_id) for p in (old, live)]
+    assert vector_index.held(points) == 2 and vector_index.held([]) == 0
+    assert vector_index.point_ids(points) == set(points) and vector_index.point_ids([]) == set()
+    vector_index.delete_superseded(NOW - timedelta(days=5))
+    vector_index.flush()
+    assert vector_index.held(points) == 1 and vector_index.point_ids(points) == {points[1]}
+    details = vector_index.purge()
+    assert details.get("complete", True), details
+    assert vector_index.held(points) == 1 and vector_index.count("acme") == 1
+    left = vector_index.deleted_vectors()
+    assert left is None or left >= 0
+    indexed = vector_index.indexed()
+    assert indexed is None or (indexed[0] == 1 and 0 <= indexed[1] <= 1)
+    assert not vector_index.optimize_due(10**9, 0.0)  # far fewer changes than asked for

@@ -1,0 +1,245 @@
+"""The deletion audit in Elasticsearch (DeletionAudit): append-only and hash-chained like the SQLite
+one (indexer.audit_chain), so an edited or removed record is detectable. Records are created, never
+updated, and each carries the hash of the one before it. How the index is made and why no write
+waits for a refresh: indexer.elastic_state."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Any
+
+from elasticsearch import ConflictError, NotFoundError
+
+from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
+from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
+from indexer.elastic import check_prefix, connect
+from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
+from indexer.ports import DeletionRecord, PurgeRecord
+from schemas._time import from_epoch_ms
+
+
+class ElasticDeletionAudit:
+    """DeletionAudit in Elasticsearch, hash-chained like the SQLite one (indexer.audit_chain).
+
+    `<prefix>-audit-chain` holds one create-only document per record, `_id` = the zero-padded
+    sequence number, so two workers appending at once race for the same `_id`: the loser gets a
+    409, reads the winner's record (a real-time GET, no refresh) and links after it. That makes the
+    chain one total order across every worker without a lock. `<prefix>-audit-meta` holds the
+    chain head (`head`: the last seq and hash, only ever moved forward, so removing records from
+    the end is detected too) and a marker per recorded event (`event:<id>`: a redelivered deletion
+    adds nothing). The marker is written after the chain record, so a crash in between can at
+    worst record an event twice, never lose it. There is no update or delete method.
+    """
+
+    def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
+        self._es = connect(url)
+        self.prefix = check_prefix(prefix)
+        self.index = f"{self.prefix}-audit-chain"
+        self.meta_index = f"{self.prefix}-audit-meta"
+        self._lock = threading.Lock()
+        self._tip: tuple[int, str] | None = None
+        create_index(
+            self._es,
+            self.index,
+            self.prefix,
+            "audit-chain",
+            {
+                "seq": {"type": "long"},
+                "kind": {"type": "keyword"},
+                "event_id": {"type": "keyword"},
+                "tenant": {"type": "keyword"},
+                "doc_id": {"type": "keyword"},
+                "store": {"type": "keyword"},
+                "body": STORED_ONLY,
+                "prev_hash": STORED_ONLY,
+                "hash": STORED_ONLY,
+            },
+        )
+        create_index(
+            self._es, self.meta_index, self.prefix, "audit-meta", {"seq": {"type": "long"}, "hash": STORED_ONLY}
+        )
+        self._chain_unchained()
+
+    def _chain_unchained(self) -> None:
+        """Clusters written before the chain kept `<prefix>-deletion-audit` documents: chain them once.
+
+        Idempotent (the event markers skip what is chained already), so several workers starting at
+        once are harmless; the old index is left in place for the operator to delete.
+        """
+        old = f"{self.prefix}-deletion-audit"
+        if not self._es.indices.exists(index=old) or self._es.exists(index=self.meta_index, id="migrated"):
+            return
+        response = self._es.search(index=old, size=10_000, query={"match_all": {}})
+        sources = sorted((h["_source"] for h in response["hits"]["hits"]), key=lambda d: int(d["received_at"]))
+        for src in sources:
+            self.append(
+                DeletionRecord(
+                    event_id=src["event_id"],
+                    tenant=src["tenant"],
+                    doc_id=src["doc_id"],
+                    version=int(src["version"]),
+                    received_at=from_epoch_ms(int(src["received_at"])),
+                    removed_at={k: from_epoch_ms(int(v)) for k, v in (src.get("removed_at") or {}).items()},
+                    cache_invalidated_at=from_epoch_ms(int(src["cache_invalidated_at"])),
+                    passages_removed=int(src["passages_removed"]),
+                    details={"chained_later": True},
+                )
+            )
+        with contextlib.suppress(ConflictError):
+            self._es.create(index=self.meta_index, id="migrated", document={"seq": self.tip()})
+
+    @staticmethod
+    def _id(seq: int) -> str:
+        return f"{seq:012d}"
+
+    def _link(self, seq: int) -> ChainRecord | None:
+        try:
+            src = self._es.get(index=self.index, id=self._id(seq))["_source"]
+        except NotFoundError:
+            return None
+        return ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+
+    def _current_tip(self) -> tuple[int, str]:
+        """The last record: from memory, else the head, then forward by real-time GETs until one is missing."""
+        if self._tip is None:
+            head = self.head()
+            seq, digest = head if head is not None else (0, GENESIS)
+            if seq > 0:
+                found = self._link(seq)
+                if found is None:  # the head is ahead of the records: trust the records, verify reports it
+                    seq, digest = 0, GENESIS
+            self._tip = (seq, digest)
+        seq, digest = self._tip
+        while (nxt := self._link(seq + 1)) is not None:
+            seq, digest = nxt.seq, nxt.hash
+        self._tip = (seq, digest)
+        return self._tip
+
+    def _append(self, kind: str, body: dict[str, Any], **fields: str | None) -> int:
+        with self._lock:
+            while True:
+                seq, prev = self._current_tip()
+                link = make_record(seq + 1, kind, body, prev)
+                try:
+                    self._es.create(
+                        index=self.index,
+                        id=self._id(link.seq),
+                        document={
+                            "seq": link.seq,
+                            "kind": kind,
+                            **{k: v for k, v in fields.items() if v is not None},
+                            "body": canonical(link.body),
+                            "prev_hash": link.prev_hash,
+                            "hash": link.hash,
+                        },
+                    )
+                except ConflictError:
+                    continue  # another worker took this seq: link after its record
+                self._tip = (link.seq, link.hash)
+                self._advance_head(link.seq, link.hash)
+                return link.seq
+
+    def _advance_head(self, seq: int, digest: str) -> None:
+        for _ in range(10):
+            try:
+                current = self._es.get(index=self.meta_index, id="head")
+            except NotFoundError:
+                with contextlib.suppress(ConflictError):
+                    self._es.create(index=self.meta_index, id="head", document={"seq": seq, "hash": digest})
+                    return
+                continue
+            if int(current["_source"]["seq"]) >= seq:
+                return
+            try:
+                self._es.index(
+                    index=self.meta_index,
+                    id="head",
+                    document={"seq": seq, "hash": digest},
+                    if_seq_no=current["_seq_no"],
+                    if_primary_term=current["_primary_term"],
+                )
+                return
+            except ConflictError:
+                continue
+
+    def head(self) -> tuple[int, str] | None:
+        try:
+            src = self._es.get(index=self.meta_index, id="head")["_source"]
+        except NotFoundError:
+            return None
+        return int(src["seq"]), str(src["hash"])
+
+    def append(self, record: DeletionRecord) -> None:
+        if self._es.exists(index=self.meta_index, id=f"event:{record.event_id}"):
+            return  # a redelivered event: the first record stands, unchanged
+        seq = self._append(
+            KIND_DELETION, deletion_body(record), event_id=record.event_id, tenant=record.tenant, doc_id=record.doc_id
+        )
+        with contextlib.suppress(ConflictError):
+            self._es.create(index=self.meta_index, id=f"event:{record.event_id}", document={"seq": seq})
+
+    def append_purge(self, record: PurgeRecord) -> None:
+        self._append(KIND_PURGE, purge_body(record), store=record.store)
+
+    def _search(self, filters: list[dict[str, Any]]) -> list[ChainRecord]:
+        # Appends do not wait for a refresh (a deletion must not wait a refresh interval for its
+        # evidence; the chain itself is read by real-time GETs): listings refresh first instead.
+        self._es.indices.refresh(index=self.index)
+        out: list[ChainRecord] = []
+        after: list[Any] | None = None
+        while True:
+            response = self._es.search(
+                index=self.index,
+                query={"bool": {"filter": filters}} if filters else {"match_all": {}},
+                size=PAGE_SIZE,
+                sort=[{"seq": "asc"}],
+                search_after=after,
+            )
+            hits = response["hits"]["hits"]
+            for h in hits:
+                src = h["_source"]
+                out.append(
+                    ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+                )
+            if len(hits) < PAGE_SIZE:
+                return out
+            after = hits[-1]["sort"]
+
+    def records(self, tenant: str | None = None) -> list[DeletionRecord]:
+        filters: list[dict[str, Any]] = [{"term": {"kind": KIND_DELETION}}]
+        if tenant is not None:
+            filters.append({"term": {"tenant": tenant}})
+        return [deletion_of(link) for link in self._search(filters)]
+
+    def purges(self, store: str | None = None) -> list[PurgeRecord]:
+        filters: list[dict[str, Any]] = [{"term": {"kind": KIND_PURGE}}]
+        if store is not None:
+            filters.append({"term": {"store": store}})
+        return [purge_of(link) for link in self._search(filters)]
+
+    def tip(self) -> int:
+        with self._lock:
+            return self._current_tip()[0]
+
+    def latest(self, kind: str) -> int:
+        self._es.indices.refresh(index=self.index)
+        hits = self._es.search(index=self.index, size=1, query={"term": {"kind": kind}}, sort=[{"seq": "desc"}])
+        found = hits["hits"]["hits"]
+        return int(found[0]["_source"]["seq"]) if found else 0
+
+    def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
+        """The head first, then the records up to it: one consistent trail while workers append (a
+        record is created before the head moves to it), so every reader counts the same records."""
+        head = self.head()
+        return self._search([{"range": {"seq": {"lte": head[0]}}}] if head else []), head
+
+    def drop_all(self) -> None:
+        """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""
+        old = f"{self.prefix}-deletion-audit"
+        for index in (self.index, self.meta_index, old):
+            self._es.indices.delete(index=index, ignore_unavailable=True)
+
+    def close(self) -> None:
+        self._es.close()
