@@ -18,8 +18,7 @@ import click
 
 from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, declared_tenants, error, fail, note, settings_of
 from ragsync.home_lock import HomeLock, HomeOwned, OwnerInfo
-from ragsync.settings import Settings
-from ragsync.sources import SourceSettings
+from ragsync.settings import Settings, SourceSettings
 from ragsync.wiring import build
 from schemas.events import source_name_from
 
