@@ -223,7 +223,7 @@ def worker(ctx: click.Context, poll_s: float) -> None:
     """
     settings = settings_of(ctx)
     if settings.profile == "cluster":
-        from streams.faust_app import run_worker
+        from ragsync.cluster_worker import run_worker
 
         run_worker(settings)
         return
