@@ -20,14 +20,13 @@ import numpy.typing as npt
 from indexer.audit_chain import ChainRecord
 from indexer.grants import Grants
 from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.errors import (
+    StoreUnavailable as StoreUnavailable,  # re-export (schemas.errors)
+)
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
 Vectors = npt.NDArray[np.float32]
-
-
-class StoreUnavailable(RuntimeError):
-    """A store cannot be used at all (unreachable, incompatible, locked): the message is one line saying what to do."""
 
 
 @dataclass(frozen=True, slots=True)
