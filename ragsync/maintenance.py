@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from indexer.payload import point_id
 from indexer.qdrant_edge import EdgeVectorIndex
-from indexer.sink import embedding_text
 from indexer.sqlite_fts import SqliteLexicalIndex
 from ragsync.wiring import Components
+from schemas.passages import embedding_text
 
 log = logging.getLogger(__name__)
 
