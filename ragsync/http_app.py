@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from query.api import Check, create_app, http_error
 from ragsync.components import Components
+from ragsync.console import mount_console, mount_docs
 from ragsync.metrics import EventLogCollector, metrics_endpoint, new_registry, register_live
 from ragsync.request_log import HTTP_LATENCY_BUCKETS, RequestLog
 
@@ -44,8 +45,6 @@ def server_app(
         registry=registry,
     )
     app.add_middleware(RequestLog, latency=latency)
-    from ragsync.console import mount_console, mount_docs
-
     mount_docs(app)  # /docs from bundled Swagger UI assets: no CDN
     mount_console(app, components, readiness_details=readiness_details)  # /console, operator key only
     if metrics_on_app and settings.metrics_token:

@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from ragsync.components import Components
 from ragsync.http_app import server_app
 from ragsync.request_log import Message, Receive, Scope, Send
-from ragsync.settings import SettingsError
+from ragsync.settings import SettingsError, load_settings
+from ragsync.wiring import build
 
 log = logging.getLogger("ragsync.server")  # the name it had before the split (issue 21), for log filters
 
@@ -29,9 +30,6 @@ class SettingsApp:
     def _build(self) -> FastAPI:
         with self._lock:
             if self._app is None:
-                from ragsync.settings import load_settings
-                from ragsync.wiring import build
-
                 settings = load_settings()
                 components = build(settings)
                 self._app = server_app(components, metrics_on_app=True)
