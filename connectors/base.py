@@ -19,10 +19,10 @@ from markdown_it import MarkdownIt
 
 from connectors.front_matter import read_front_matter
 from indexer.chunking.rst import rst_metadata
-from indexer.text import html_for_parser
 from schemas.events import ContentType as ContentType
 from schemas.events import TextContentType as TextContentType
 from schemas.instants import parse_instant
+from schemas.text import html_for_parser
 
 
 @dataclass(frozen=True)

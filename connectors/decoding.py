@@ -16,13 +16,11 @@ import re
 
 import charset_normalizer
 
+from schemas.errors import BinaryContent as BinaryContent  # re-export (schemas.errors)
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
 _PREFERRED = ("utf_8", "cp1252", "latin_1", "iso8859_15", "utf_16", "utf_32")
 _TIE = 0.01
-
-
-class BinaryContent(ValueError):
-    """The bytes are not text in any encoding worth trusting."""
 
 
 def decode_text(data: bytes) -> tuple[str, str | None]:

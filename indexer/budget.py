@@ -39,7 +39,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from schemas.errors import OverBudget as OverBudget  # re-export (schemas.errors)
 
 __all__ = ["Budget", "ChildPool", "OverBudget"]
 
@@ -58,15 +60,6 @@ class Budget:
     inline_bytes: int = 128 * 1024  # inputs up to this size of formats with linear readers stay in-process
     max_reply_bytes: int = 64 * 1024 * 1024
     workers: int = 1
-
-
-class OverBudget(ValueError):
-    """The input cost more than its budget: not indexed, reported with `reason` and `detail`."""
-
-    def __init__(self, detail: str, reason: Literal["over budget", "too large"] = "over budget") -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.reason = reason
 
 
 def mib(n: int) -> str:

@@ -33,12 +33,12 @@ from indexer.chunking.html_reader import read_html
 from indexer.chunking.markdown import read_markdown
 from indexer.chunking.plain import read_text
 from indexer.chunking.rst import read_rst
-from indexer.chunking.sentences import sentences
 from indexer.chunking.sizing import apply_lead_ins, merge, size
 from indexer.chunking.units import Chunk, Locus, Reader, Unchunkable, Unit, UnitBuilder, amplification_limit
 from schemas.events import EXTRACTED_CONTENT_TYPES
 from schemas.events import TextContentType as ContentType
 from schemas.extracted import ExtractedDocument, Table
+from schemas.sentences import split_sentences as split_sentences  # re-export (schemas.sentences)
 
 __all__ = [
     "CHUNKER_VERSION",
@@ -110,11 +110,6 @@ def _extracted_chars(document: ExtractedDocument) -> int:
         else:
             total += len(block.text)
     return total
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences as substrings of the text (stripped), not cut at "e.g.", initials or "3.11"."""
-    return sentences(text)
 
 
 class IsolatedChunker:

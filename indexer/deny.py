@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Protocol
 
 from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.errors import (
+    DenyUnavailable as DenyUnavailable,  # re-export (schemas.errors)
+)
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
-
-
-class DenyUnavailable(RuntimeError):
-    """The deny set could not be read or written (e.g. a Redis outage)."""
 
 
 class DenyKind(StrEnum):

@@ -13,7 +13,7 @@ re-mapping can build `-v2` and swap the alias without readers noticing. Writes p
 Queries are only `multi_match` over the analysed `text`, `heading` (the heading path) and
 `title_text` fields, each with its own boost (`FieldWeights`, the same weights as the SQLite
 adapter's FTS5 columns), built from at
-most 64 plain words (`indexer.text.query_terms`): user text never reaches a query parser, so
+most 64 plain words (`schemas.text.query_terms`): user text never reaches a query parser, so
 `tenant:globex` or `acl:*` are two words searched inside the principal's own tenant. The
 permission filter (tenant, ACL entries, as-of validity) sits in `bool.filter` of the same
 request and the floor is `min_score`, so a denied or weak passage is never returned.
@@ -48,10 +48,10 @@ from elasticsearch import ApiError, BadRequestError, Elasticsearch, TransportErr
 
 from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, since_text, since_token
 from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage, StoreUnavailable
-from indexer.text import query_terms
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
+from schemas.text import query_terms
 
 log = logging.getLogger(__name__)
 

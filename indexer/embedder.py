@@ -27,15 +27,14 @@ import numpy as np
 
 from indexer.embedding_cache import CachedEmbedder as CachedEmbedder  # re-export
 from indexer.ports import Embedder, EmbeddingCache, Vectors
+from schemas.errors import (
+    ModelUnavailable as ModelUnavailable,  # re-export (schemas.errors)
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 HUB_PROBE_TIMEOUT_S = 5.0
-
-
-class ModelUnavailable(RuntimeError):
-    pass
 
 
 @contextlib.contextmanager

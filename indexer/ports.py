@@ -20,6 +20,9 @@ import numpy.typing as npt
 from indexer.audit_chain import ChainRecord
 from indexer.grants import Grants
 from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.errors import (
+    StoreUnavailable as StoreUnavailable,  # re-export (schemas.errors)
+)
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 
@@ -38,10 +41,6 @@ PurgeDetails = dict[str, object]
 """What a purge did, as counts and flags (never text). `complete` or `checkpoint_complete` False: it
 could not finish (a reader holding the WAL, a retention lease not yet past), so the purge is retried
 and no record says the bytes are gone."""
-
-
-class StoreUnavailable(RuntimeError):
-    """A store cannot be used at all (unreachable, incompatible, locked): the message is one line saying what to do."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from indexer.ports import (
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
 from schemas.passages import Passage, make_passage_id, url_at
+from schemas.passages import embedding_text as embedding_text  # re-export (schemas.passages)
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +79,6 @@ class ApplyResult:
     applied_at: dict[str, datetime] = field(default_factory=dict)
     """Per store (adapter name): when its write for this event returned (propagation tracking)."""
     cache_invalidated_at: datetime | None = None
-
-
-def embedding_text(passage: Passage) -> str:
-    """What the dense ranker reads: headings name the topic the body talks about."""
-    heading = " > ".join(h for h in (passage.title, *passage.heading_path) if h)
-    return f"{heading}\n{passage.text}" if heading else passage.text
 
 
 def is_stale(event: Event, state: DocState | None) -> bool:

@@ -24,10 +24,10 @@ from datetime import datetime
 from pathlib import Path
 
 from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage
-from indexer.text import query_terms
 from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
+from schemas.text import query_terms
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS passages (

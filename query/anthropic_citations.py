@@ -32,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
-from indexer.chunker import split_sentences
 from query.ports import SEARCH_TOOL_SCHEMA, TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
+from schemas.sentences import split_sentences
 
 NOT_SENT = "<not-sent>"
 """The passage ID of a citation that does not point at a block this request sent; never retrieved."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from query.anthropic_citations import assert_citations_compatible, native_decision, native_request
@@ -39,8 +38,6 @@ from query.ports import TOOL_SCHEMAS, TOOL_SEARCH, ModelTurn, ModelUnavailable, 
 
 if TYPE_CHECKING:
     import anthropic
-
-    from ragsync.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -122,23 +119,20 @@ class AnthropicModel:
         self.citations: CitationsMode = citations
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AnthropicModel:
-        """The key comes from ANTHROPIC_API_KEY only, so it never lands in a settings file or dump.
+    def connect(
+        cls, model: str, *, api_key: str, base_url: str | None = None, citations: CitationsMode = "claims"
+    ) -> AnthropicModel:
+        """A client whose timeout and retries keep one decision under the worker's deadline.
 
-        A missing key fails here, at startup, rather than on the first question.
+        The caller (ragsync.components.anthropic_model) takes the key from ANTHROPIC_API_KEY only, so it
+        never lands in a settings file or dump, and refuses a missing one at startup.
         """
         import anthropic
 
-        api_key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
-        if not api_key:
-            raise ModelUnavailable("ANTHROPIC_API_KEY is not set (RAGSYNC_MODEL=anthropic needs it)", retryable=False)
         client = anthropic.Anthropic(
-            api_key=api_key,
-            base_url=settings.anthropic_base_url or None,
-            timeout=DEFAULT_TIMEOUT_S,
-            max_retries=DEFAULT_MAX_RETRIES,
+            api_key=api_key, base_url=base_url or None, timeout=DEFAULT_TIMEOUT_S, max_retries=DEFAULT_MAX_RETRIES
         )
-        return cls(client, settings.anthropic_model, citations=settings.citations)
+        return cls(client, model, citations=citations)
 
     def request(self, turn: ModelTurn) -> dict[str, Any]:
         """The Messages API arguments for one turn; separate from decide so it can be inspected."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from indexer.text import normalize, numbers_in, word_count
 from schemas.decisions import CheckFailure, Claim
 from schemas.passages import Passage
+from schemas.text import normalize, numbers_in, word_count
 
 MIN_QUOTE_WORDS = 4
 

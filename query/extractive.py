@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.ports import Embedder
-from indexer.text import query_terms
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
 from query.sentences import QUESTION_WORDS, content_terms, embedding_text, is_pointer, named_terms, sentences
+from schemas.text import query_terms
 
 W_MEANING = 1.0
 W_WORDS = 1.0

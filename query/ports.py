@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from schemas.errors import ModelUnavailable as ModelUnavailable  # re-export (schemas.errors)
+
 TOOL_SEARCH = "search"
 TOOL_SUBMIT = "submit_answer"
 
@@ -82,19 +84,6 @@ class ToolCall:
 
     name: str
     input: dict[str, Any] = field(default_factory=dict)
-
-
-class ModelUnavailable(RuntimeError):
-    """The model API gave no decision: an infrastructure failure, not an answer or an abstention.
-
-    The message carries the status, error type and request id for operators, never the API's
-    free-text error message, which could echo prompt content (evidence) into logs.
-    """
-
-    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.retryable = retryable
 
 
 class Model(Protocol):

@@ -29,14 +29,13 @@ import numpy as np
 from indexer.ports import Embedder
 from query.ports import RerankInput
 from query.sentences import content_terms, embedding_text, sentences
+from schemas.errors import (
+    RerankerUnavailable as RerankerUnavailable,  # re-export (schemas.errors)
+)
 
 log = logging.getLogger(__name__)
 
 MAX_TOKENS = 512
-
-
-class RerankerUnavailable(RuntimeError):
-    pass
 
 
 class OnnxCrossEncoder:

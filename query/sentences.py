@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from indexer.chunker import split_sentences
-from indexer.text import STOPWORDS, query_terms, word_count
+from schemas.sentences import split_sentences
+from schemas.text import STOPWORDS, query_terms, word_count
 
 QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "why", "how", "does", "do", "is", "can", "tell"})
 """Words that say a question is a question, not what it is about."""

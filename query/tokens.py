@@ -44,6 +44,7 @@ from typing import Any
 import jwt
 from pydantic import ValidationError
 
+from schemas.errors import InvalidToken as InvalidToken  # re-export (schemas.errors)
 from schemas.principal import Principal
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,6 @@ HMAC_ALGORITHM = "HS256"
 ASYMMETRIC_ALGORITHMS = {"RS256": "RSA", "ES256": "EC"}
 """Algorithm -> the JWK key type it needs."""
 MIN_HMAC_KEY_BYTES = 32  # RFC 7518 section 3.2
-
-
-class InvalidToken(Exception):
-    pass
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Cluster profile wiring: Kafka, Elasticsearch, Qdrant, Redis behind the same ports as embedded.
 
-Each adapter is built from Settings only and opened lazily by `ragsync.wiring.Components`, so a
+Each adapter is built from Settings only and opened lazily by `ragsync.components.Components`, so a
 command touches only the services it needs (a publishing sync opens Kafka alone). Modules are
 imported inside each method so the embedded profile never needs the cluster libraries installed.
 Qdrant: the server at `qdrant_url` (default http://127.0.0.1:6333, what compose/local/services
@@ -25,9 +25,9 @@ from indexer.ports import (
     VectorIndex,
 )
 from indexer.propagation import PropagationLog
+from ragsync.components import Components, build_embedder, field_weights
 from ragsync.home import secure_home
 from ragsync.settings import Settings
-from ragsync.wiring import Components, build_embedder, field_weights
 from streams.ports import EventLog
 
 DEFAULT_QDRANT_URL = "http://127.0.0.1:6333"

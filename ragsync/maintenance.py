@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass
 
 from indexer.payload import point_id
-from indexer.sink import embedding_text
 from ragsync.purge import RETENTION_EVERY_S, Purger
 from ragsync.wiring import Components
+from schemas.passages import embedding_text
 
 log = logging.getLogger(__name__)
 

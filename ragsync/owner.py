@@ -23,8 +23,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ragsync.embedded import EVENTS_DB
 from ragsync.home_lock import OwnerInfo
-from ragsync.wiring import EVENTS_DB, Components
+from ragsync.wiring import Components
 from schemas.retry import Backoff
 from streams.doorbell import Doorbell, FileBell
 from streams.embedded_worker import EmbeddedWorker

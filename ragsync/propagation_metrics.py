@@ -2,7 +2,7 @@
 
 Observed by the worker that confirms each revocation or deletion (streams.tracking.Tracker's
 `observe`), in the process that applies it, into one registry per process (`process_metrics`);
-every app registry (ragsync.server.new_registry) forwards it, so `ragsync serve` exports them on its
+every app registry (ragsync.metrics.new_registry) forwards it, so `ragsync serve` exports them on its
 operator listener and a cluster worker on a listener of its own (`worker_metrics_port`). The same
 figures, over any period, come from the stored records: `ragsync audit propagation`.
 """

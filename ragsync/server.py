@@ -13,345 +13,38 @@ Two ways to run it:
   app only when `metrics_token` is set, and only to `Authorization: Bearer <metrics_token>`; with
   several workers set PROMETHEUS_MULTIPROC_DIR so the counts of every worker are added up.
 
-Why metrics are kept from askers: they hold per-reason abstention counts, so a caller that diffs
-them around its own ask learns whether a document it may not read exists (issue 8, item 9).
-
-Request logs (logger `ragsync.http`, INFO): method, path, status and latency. Never the query
-string or the body, so a question's text is never logged.
+Its parts, one idea each: ragsync.metrics (registry, collectors, /metrics, exposure rule),
+ragsync.request_log (request logs and latency), ragsync.listeners (bound sockets, the metrics
+thread), ragsync.http_app (the public app), ragsync.settings_app (the lazy ASGI app); this module
+runs `ragsync serve` and holds `app`. Their names are re-exported here as before the split.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-import ipaddress
-import logging
-import os
 import signal
-import socket
 import threading
-import time
-import weakref
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.gc_collector import GCCollector
-from prometheus_client.platform_collector import PlatformCollector
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from query.api import Check, create_app, http_error
-from ragsync.dead_letters import DLQ_GROUP
+from query.api import Check
+from ragsync.components import Components
+from ragsync.http_app import server_app as server_app
+from ragsync.listeners import Listener as Listener
+from ragsync.listeners import bind as bind
+from ragsync.listeners import serve_in_thread as serve_in_thread
+from ragsync.metrics import INDEXER_GROUP as INDEXER_GROUP
+from ragsync.metrics import EventLogCollector as EventLogCollector
+from ragsync.metrics import check_metrics_exposure as check_metrics_exposure
+from ragsync.metrics import metrics_app as metrics_app
+from ragsync.metrics import metrics_endpoint as metrics_endpoint
+from ragsync.metrics import metrics_guard as metrics_guard
+from ragsync.metrics import new_registry as new_registry
+from ragsync.metrics import render_metrics as render_metrics
 from ragsync.quiet_server import QuietServer
-from ragsync.settings import Settings, SettingsError
-from ragsync.wiring import Components
-from streams.ports import EVENT_TOPICS, TOPIC_DLQ, EventLog
-
-log = logging.getLogger("ragsync.server")
-http_log = logging.getLogger("ragsync.http")
-
-INDEXER_GROUP = "ragsync-indexer"
-"""The consumer group of the indexer (embedded worker and Faust agents)."""
-
-_COUNTING_GROUP = "ragsync-metrics"
-"""Never commits, so its lag is every record the log still holds (published since the start)."""
-
-HTTP_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def new_registry() -> CollectorRegistry:
-    """A registry with process, platform and GC metrics; one per app, so test apps never share counts."""
-    from ragsync.propagation_metrics import ProcessMetrics
-
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    registry.register(ProcessMetrics())  # revocation and deletion propagation, observed by this process's worker
-    return registry
-
-
-class EventLogCollector(Collector):
-    """Ingest figures read from the event log at scrape time, so they hold across processes: a worker
-    in another process (or on another machine, with Kafka) is counted the same as one in-process."""
-
-    def __init__(self, events: Callable[[], EventLog]) -> None:
-        self._events = events
-
-    def collect(self) -> Iterator[Metric]:
-        published = CounterMetricFamily(
-            "ragsync_events_published", "Events in the log per topic (what the connectors published).", labels=["topic"]
-        )
-        applied = CounterMetricFamily(
-            "ragsync_events_applied", "Events the indexer applied and committed, per topic.", labels=["topic"]
-        )
-        backlog = GaugeMetricFamily(
-            "ragsync_events_backlog", "Events published but not yet applied, per topic.", labels=["topic"]
-        )
-        dead = GaugeMetricFamily("ragsync_dead_letters", "Dead-lettered events not yet replayed (`ragsync dlq list`).")
-        dead_total = CounterMetricFamily("ragsync_dead_letters", "Events ever dead-lettered (still in the log).")
-        try:
-            events = self._events()
-            for topic in EVENT_TOPICS:
-                total = events.lag(topic, _COUNTING_GROUP)
-                pending = events.lag(topic, INDEXER_GROUP)
-                published.add_metric([topic], total)
-                applied.add_metric([topic], max(0, total - pending))
-                backlog.add_metric([topic], pending)
-            dead.add_metric([], events.lag(TOPIC_DLQ, DLQ_GROUP))
-            dead_total.add_metric([], events.lag(TOPIC_DLQ, _COUNTING_GROUP))
-        except Exception as exc:  # a scrape must answer even when the log is down; the gap shows it
-            log.warning("event log metrics unavailable: %s", type(exc).__name__)
-            return
-        yield from (published, applied, backlog, dead, dead_total)
-
-
-class RequestLog:
-    """ASGI middleware: one log line and one latency observation per request, by route template."""
-
-    def __init__(self, app: ASGIApp, latency: Histogram) -> None:
-        self.app = app
-        self.latency = latency
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, record_status)
-        finally:
-            elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"  # raw paths would make labels unbounded
-            self.latency.labels(scope["method"], template, str(status)).observe(elapsed)
-            http_log.info("%s %s %d %.1fms", scope["method"], scope["path"], status, elapsed * 1000)
-
-
-def metrics_endpoint(registry: CollectorRegistry, token: str = "") -> Callable[[Request], Awaitable[Response]]:
-    """GET /metrics in Prometheus text format; with a token, only to `Authorization: Bearer <token>`."""
-    expected = f"Bearer {token}".encode()
-
-    async def metrics(request: Request) -> Response:
-        if token and not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
-            return JSONResponse({"error": "operator credential required"}, 401, {"WWW-Authenticate": "Bearer"})
-        return Response(render_metrics(registry), media_type=CONTENT_TYPE_LATEST)
-
-    return metrics
-
-
-def metrics_app(registry: CollectorRegistry, token: str = "") -> Starlette:
-    """The operator listener's whole app."""
-    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry, token), methods=["GET"])])
-
-
-def render_metrics(registry: CollectorRegistry) -> bytes:
-    """The registry's text; under gunicorn workers (PROMETHEUS_MULTIPROC_DIR) every worker's counts
-    summed from their files, plus the figures read live from the event log."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        return generate_latest(registry)
-    from prometheus_client import multiprocess
-
-    combined = CollectorRegistry()
-    multiprocess.MultiProcessCollector(combined)  # type: ignore[no-untyped-call]
-    live = CollectorRegistry()
-    for collector in _LIVE.get(registry, []):
-        live.register(collector)
-    return generate_latest(combined) + generate_latest(live)
-
-
-_LIVE: weakref.WeakKeyDictionary[CollectorRegistry, list[Collector]] = weakref.WeakKeyDictionary()
-"""Collectors read at scrape time, per registry (multiprocess mode renders them beside the files)."""
-
-
-def server_app(
-    components: Components,
-    *,
-    registry: CollectorRegistry | None = None,
-    checks: Mapping[str, Check] | None = None,
-    metrics_on_app: bool = False,
-    readiness_details: Callable[[], Mapping[str, Any]] | None = None,
-    degraded: Callable[[], Mapping[str, str]] | None = None,
-) -> FastAPI:
-    """The public app: /v1/ask, /healthz, /readyz, /openapi.json, /docs and, for each configured webhook
-    source (`[webhooks.<source>]`), POST /v1/webhooks/{source}. `registry` collects its metrics for the
-    operator listener; with `metrics_on_app` (the ASGI-app mode) and a `metrics_token`, /metrics is
-    served here too. Raises SourceConflict (a ValueError) when a webhook source's name already
-    belongs to another source (a drive, a wiki).
-    """
-    settings = components.settings
-    registry = registry if registry is not None else new_registry()
-    event_metrics = EventLogCollector(lambda: components.events)
-    registry.register(event_metrics)
-    _LIVE.setdefault(registry, []).append(event_metrics)
-    worker = components.query_worker
-    app = create_app(worker, registry=registry, checks=checks, readiness_details=readiness_details, degraded=degraded)
-    latency = Histogram(
-        "ragsync_http_request_duration_seconds",
-        "HTTP requests by method, route template and status.",
-        ["method", "route", "status"],
-        buckets=HTTP_LATENCY_BUCKETS,
-        registry=registry,
-    )
-    app.add_middleware(RequestLog, latency=latency)
-    from ragsync.console import mount_console, mount_docs
-
-    mount_docs(app)  # /docs from bundled Swagger UI assets: no CDN
-    mount_console(app, components, readiness_details=readiness_details)  # /console, operator key only
-    if metrics_on_app and settings.metrics_token:
-        app.add_route("/metrics", metrics_endpoint(registry, settings.metrics_token), ["GET"], include_in_schema=False)
-    if settings.webhooks:
-        from connectors.state import ConnectorState
-        from connectors.webhook import WebhookSource, create_webhook_app
-        from streams.ports import publish_durably
-
-        state = ConnectorState(settings.home / "connectors.db")
-        components.closers.append(state)
-        sources = {name: WebhookSource(h.secret, frozenset(h.tenants)) for name, h in settings.webhooks.items()}
-        publish = publish_durably(components.events)
-        webhooks = create_webhook_app(publish, sources, state, max_skew_s=settings.webhook_max_skew_s)
-        # Mounted at the root, it answers every path no route above matched: in the API's error shape too.
-        webhooks.add_exception_handler(StarletteHTTPException, http_error)
-        app.mount("", webhooks)
-        _document_webhooks(app)
-    return app
-
-
-def _document_webhooks(app: FastAPI) -> None:
-    """Add POST /v1/webhooks/{source} to the OpenAPI document, from the models that validate pushes.
-
-    The webhook app is mounted (FastAPI documents only its own routes), so its path is added here.
-    """
-    from pydantic import TypeAdapter
-
-    from connectors.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, Push
-
-    generate = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = generate()
-        push = TypeAdapter(Push).json_schema(ref_template="#/components/schemas/{model}")
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.update(push.pop("$defs", {}))
-        schema["paths"]["/v1/webhooks/{source}"] = {
-            "post": {
-                "summary": "Push one document change (upsert, ACL change or delete)",
-                "description": "Signed: the header carries sha256=<hex HMAC-SHA256 of the raw body> "
-                "(see connectors/webhook.py for the contract, including ordering and replays).",
-                "parameters": [
-                    {"name": "source", "in": "path", "required": True, "schema": {"type": "string"}},
-                    {"name": TIMESTAMP_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
-                    {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
-                ],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": push}}},
-                "responses": {
-                    "202": {"description": "Published: the event is durably in the log."},
-                    "200": {"description": "Unchanged: equal to what is already published."},
-                    "401": {"description": "Missing or invalid signature."},
-                    "409": {"description": "Stale or out of order."},
-                    "422": {"description": "Invalid push."},
-                    "503": {"description": "The event log is unavailable; retry."},
-                },
-            }
-        }
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
-# ---- ragsync serve ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Listener:
-    host: str
-    port: int
-    sock: socket.socket
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-
-def bind(host: str, port: int) -> Listener:
-    """Bind before serving, so the startup line can name the real port (port 0 picks a free one)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise SettingsError([f"cannot listen on {host}:{port}: {exc.strerror or exc}"]) from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return Listener(host, int(sock.getsockname()[1]), sock)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def metrics_guard(settings: Settings) -> str:
-    """What guards a metrics listener, for its startup line: with no token, every account of the machine
-    can read them on loopback too, so the line says so rather than looking safe."""
-    if settings.metrics_token:
-        return "(Bearer metrics_token)"
-    return "(no credential: any local account can read them; set metrics_token to require one)"
-
-
-def check_metrics_exposure(settings: Settings) -> None:
-    """Operator metrics leave the machine only behind a credential (fail closed on a misconfiguration)."""
-    if settings.metrics_port is not None and not _is_loopback(settings.metrics_host) and not settings.metrics_token:
-        raise SettingsError(
-            [
-                f"metrics_host {settings.metrics_host!r} is not a loopback address: set metrics_token "
-                "(scrapers then send Authorization: Bearer <metrics_token>) or keep metrics_host = 127.0.0.1"
-            ]
-        )
-
-
-def serve_in_thread(app: ASGIApp, listener: Listener) -> tuple[threading.Thread, Any]:
-    import uvicorn
-
-    server = QuietServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
-    thread = threading.Thread(
-        target=lambda: asyncio.run(server.serve(sockets=[listener.sock])), name="ragsync-metrics", daemon=True
-    )
-    thread.start()
-    return thread, server
+from ragsync.request_log import RequestLog as RequestLog
+from ragsync.settings_app import SettingsApp
 
 
 def run_server(
@@ -427,56 +120,6 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
 
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
-
-
-# ---- ragsync.server:app -------------------------------------------------------------------------
-
-
-class SettingsApp:
-    """`ragsync.server:app`: built from settings when the server starts it (its lifespan), so an import
-    never reads settings or opens a store, and a settings error is one line per problem in the log
-    and a failed startup, not a traceback."""
-
-    def __init__(self) -> None:
-        self._app: FastAPI | None = None
-        self._components: Components | None = None
-        self._lock = threading.Lock()
-
-    def _build(self) -> FastAPI:
-        with self._lock:
-            if self._app is None:
-                from ragsync.settings import load_settings
-                from ragsync.wiring import build
-
-                settings = load_settings()
-                components = build(settings)
-                self._app = server_app(components, metrics_on_app=True)
-                self._components = components
-                where = "on this app (Bearer metrics_token)" if settings.metrics_token else "off (set metrics_token)"
-                log.warning("ragsync app ready for profile %s; operator metrics %s", settings.profile, where)
-            return self._app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            inner: FastAPI = self._app if self._app is not None else await asyncio.to_thread(self._build)
-        except SettingsError as exc:
-            for problem in exc.problems:
-                log.error("%s", problem)
-            if scope["type"] != "lifespan":
-                raise
-            await receive()
-            await send({"type": "lifespan.startup.failed", "message": "invalid settings: " + "; ".join(exc.problems)})
-            return
-        if scope["type"] != "lifespan":
-            await inner(scope, receive, send)
-            return
-
-        async def close_after_shutdown(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete" and self._components is not None:
-                await asyncio.to_thread(self._components.close)
-            await send(message)
-
-        await inner(scope, receive, close_after_shutdown)
 
 
 app = SettingsApp()

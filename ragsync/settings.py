@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from connectors.access import TENANT_PATTERN
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
-from ragsync.sources import SourceSettings, duplicate_names
+from schemas.events import SOURCE_NAME_PATTERN
 from schemas.instants import Instant
 
-__all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "config_file", "load_settings"]
+__all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "SourceSettings", "config_file", "load_settings"]
 
 NOT_SETTINGS = frozenset(
     {
@@ -85,6 +87,62 @@ class WebhookSourceSettings(BaseModel):
 
     secret: str = Field(min_length=16)
     tenants: tuple[str, ...] = Field(min_length=1)
+
+
+class PrincipalsSettings(BaseModel):
+    """`[sources.principals]`: source users and groups to token principals (connectors.permissions).
+
+    Plain defaults: the same name (`ann` is `user:ann`, `hr` is `group:hr`); a name mapped to ""
+    grants nothing (reported in the pass's narrowed permissions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: dict[str, str] = Field(default_factory=dict)
+    groups: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceSettings(BaseModel):
+    """One `[[sources]]` entry of the settings file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
+    kind: Literal["drive", "git"] = "drive"
+    path: Path
+    tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
+    """The only tenants its manifests may name."""
+    ref: str = "HEAD"
+    subdir: str = ""
+    url_base: str | None = None
+    interval_s: float = Field(default=300.0, gt=0)
+    watch: bool = False
+    permissions: Literal["manifests", "posix"] = "manifests"
+    """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
+    principals: PrincipalsSettings = PrincipalsSettings()
+
+    @model_validator(mode="after")
+    def _kind_options(self) -> SourceSettings:
+        if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
+            raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
+        if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
+            raise ValueError("ref and subdir apply to kind = 'git' only")
+        if self.kind == "git" and self.watch:
+            raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
+        return self
+
+
+def duplicate_names(sources: Sequence[SourceSettings]) -> str | None:
+    """Two sources with one name would share one namespace and one connector state: refused."""
+    first: dict[str, int] = {}
+    repeats: list[str] = []
+    for i, source in enumerate(sources):
+        if source.name in first:
+            repeats.append(f"sources[{first[source.name]}] and sources[{i}] are both named {source.name!r}")
+        else:
+            first[source.name] = i
+    if not repeats:
+        return None
+    return "; ".join(repeats) + ": every source needs a name of its own (the namespace of its doc IDs)"
 
 
 class Settings(BaseSettings):

@@ -57,12 +57,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from connectors.access import TENANT_PATTERN
-from schemas.events import SOURCE_NAME_PATTERN
+from ragsync.pipeline import publish_source
+from ragsync.settings import SourceSettings as SourceSettings  # re-export (declared beside Settings)
 
 if TYPE_CHECKING:
     from connectors.scan import ScanReport
@@ -75,48 +73,6 @@ MAX_DELAY_S = 2.0
 burst that does not stop (a long copy still gets published as it goes)."""
 IDLE_CAP_S = 5.0
 """The longest an idle scheduler sleeps without a change or a full pass due (a clock that jumped)."""
-
-
-class PrincipalsSettings(BaseModel):
-    """`[sources.principals]`: source users and groups to token principals (connectors.permissions).
-
-    Plain defaults: the same name (`ann` is `user:ann`, `hr` is `group:hr`); a name mapped to ""
-    grants nothing (reported in the pass's narrowed permissions)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    users: dict[str, str] = Field(default_factory=dict)
-    groups: dict[str, str] = Field(default_factory=dict)
-
-
-class SourceSettings(BaseModel):
-    """One `[[sources]]` entry of the settings file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
-    kind: Literal["drive", "git"] = "drive"
-    path: Path
-    tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
-    """The only tenants its manifests may name."""
-    ref: str = "HEAD"
-    subdir: str = ""
-    url_base: str | None = None
-    interval_s: float = Field(default=300.0, gt=0)
-    watch: bool = False
-    permissions: Literal["manifests", "posix"] = "manifests"
-    """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
-    principals: PrincipalsSettings = PrincipalsSettings()
-
-    @model_validator(mode="after")
-    def _kind_options(self) -> SourceSettings:
-        if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
-            raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
-        if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
-            raise ValueError("ref and subdir apply to kind = 'git' only")
-        if self.kind == "git" and self.watch:
-            raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
-        return self
 
 
 def source_problems(source: SourceSettings, home: Path) -> list[str]:
@@ -156,20 +112,6 @@ def startup_problems(
     ]
     problems += [f"--watch {s.path}: {problem}" for s in watched for problem in source_problems(s, home)]
     return problems
-
-
-def duplicate_names(sources: Sequence[SourceSettings]) -> str | None:
-    """Two sources with one name would share one namespace and one connector state: refused."""
-    first: dict[str, int] = {}
-    repeats: list[str] = []
-    for i, source in enumerate(sources):
-        if source.name in first:
-            repeats.append(f"sources[{first[source.name]}] and sources[{i}] are both named {source.name!r}")
-        else:
-            first[source.name] = i
-    if not repeats:
-        return None
-    return "; ".join(repeats) + ": every source needs a name of its own (the namespace of its doc IDs)"
 
 
 def log_pass(name: str, kind: str, report: ScanReport, seconds: float) -> None:
@@ -422,8 +364,6 @@ class Scheduler:
             self._thread.join(timeout_s)  # a scan in progress is abandoned after that: its batches are durable
 
     def _run(self) -> None:
-        from ragsync.pipeline import publish_source
-
         while not self._stop.is_set():
             for runner in self.runners:
                 if self._stop.is_set():

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-
-class InvalidInstant(ValueError):
-    """A date or time that cannot be read, or names no instant in UTC (see schemas.instants)."""
+from schemas.errors import InvalidInstant as InvalidInstant  # re-export (schemas.errors)
 
 
 def utcnow() -> datetime:

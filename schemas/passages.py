@@ -80,3 +80,10 @@ class Passage(BaseModel):
     def readable(self, entries: Iterable[str], as_of: datetime) -> bool:
         """The permission filter's reference: valid as of the instant and granted to an entry then and since."""
         return self.visible_at(as_of) and grants_allow(entries, self.acl, self.acl_since, as_of)
+
+
+def embedding_text(passage: Passage) -> str:
+    """The text a passage is embedded as, by the indexer and by whoever re-embeds or forgets it (ragsync's
+    maintenance and purge): headings name the topic the body talks about."""
+    heading = " > ".join(h for h in (passage.title, *passage.heading_path) if h)
+    return f"{heading}\n{passage.text}" if heading else passage.text

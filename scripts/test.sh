@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs ragsync with its cluster and dev extras, starts the real local services the tests
-# use (Kafka, Elasticsearch, Redis and the Qdrant server), runs lint, types and the suite.
+# use (Kafka, Elasticsearch, Redis and the Qdrant server), runs lint, types, the import layers and the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# --fast: the tests that need no service and start no process (a few minutes; see README).
+# --fast: lint, types, the import layers and the tests that need no service and start no process (see README).
 if [ "${1:-}" = "--fast" ]; then
     shift
     ruff check .
     mypy
+    lint-imports
     exec python3 -m pytest -q -p no:cacheprovider -m "not cluster and not slow" --durations=10 "$@"
 fi
 
@@ -36,6 +37,7 @@ fi
 
 ruff check .
 mypy
+lint-imports
 # Two processes, whole modules each (module fixtures such as the fault tests' private services are
 # built once): most tests wait on services and subprocesses, so two cores run two modules at a time.
 RAGSYNC_REQUIRE_SERVICES=1 python3 -m pytest -q -p no:cacheprovider -n "${RAGSYNC_TEST_PROCESSES:-2}" --dist loadfile --durations=25 "$@"

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from indexer.chunker import Unchunkable
 from indexer.ports import Vectors
 from indexer.sink import ApplyResult, IndexSink, Outcome
+from schemas.errors import InvalidEvent as InvalidEvent  # re-export (schemas.errors)
 from schemas.events import Event, EventKind
 from streams.erasure import parse_marker
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS, Record
@@ -28,10 +29,6 @@ _KIND_BY_TOPIC = {
     TOPIC_ACL: EventKind.ACL,
     TOPIC_DELETIONS: EventKind.DELETE,
 }
-
-
-class InvalidEvent(ValueError):
-    pass
 
 
 def try_decode(record: Record) -> Event | InvalidEvent:

@@ -34,32 +34,32 @@ Why it is built this way:
   partitions. By default it is derived from the topic prefix (`<prefix>indexer`), so one prefix
   is one deployment.
 
-The worker always reads Kafka; its stores are whatever `ragsync.wiring.build(settings)` wires for
-the profile: Elasticsearch/Qdrant/Redis in the cluster profile, or the embedded SQLite stores
-(multi-process safe in WAL mode; keep dense embeddings off when several workers share one home).
+The worker always reads Kafka; its stores are whatever `ragsync.cluster_worker.run_worker` has
+`ragsync.wiring.build(settings)` wire for the profile: Elasticsearch/Qdrant/Redis in the cluster
+profile, or the embedded SQLite stores (multi-process safe in WAL mode; keep dense embeddings off
+when several workers share one home). This module takes plain arguments (`Deployment`): it never
+reads the settings, and imports nothing of ragsync/.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import faust
 
 from indexer.sink import ApplyResult, IndexSink
-from ragsync.settings import Settings, SettingsError
 from schemas.events import DeletePayload, Event
 from schemas.retry import Backoff, retry_async
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
 from streams.erasure import ROLL_KEY, EraseMarker, RollSchedule, marker_value, parse_marker
-from streams.kafka_admin import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, ensure_topics, topic_names
+from streams.kafka_admin import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, topic_names
 from streams.ports import (
     EVENT_TOPICS,
     TOPIC_ACL,
@@ -95,9 +95,20 @@ DEAD_LETTER_KEEP_BYTES = 1024 * 1024
 """A dead letter larger than a record may be is cut to this much of the original value."""
 
 
-def default_app_id(settings: Settings) -> str:
+def default_app_id(topic_prefix: str) -> str:
     """One topic prefix = one deployment = one consumer group."""
-    return f"{settings.kafka_topic_prefix}indexer"
+    return f"{topic_prefix}indexer"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where the worker's app runs: the broker, the topics' prefix and partition count, Faust's data
+    folder (ragsync.cluster_worker takes them from the settings)."""
+
+    bootstrap: str
+    topic_prefix: str
+    partitions: int
+    datadir: Path
 
 
 def broker_url(bootstrap: str) -> str:
@@ -223,20 +234,22 @@ class Indexer:
         )
 
 
-def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None, partitions: int | None = None) -> Any:
+def build_app(
+    deployment: Deployment, indexer: Indexer, *, app_id: str | None = None, partitions: int | None = None
+) -> Any:
     """The Faust app with one agent per event topic; agents process and ack through `indexer`.
 
     `partitions` is the largest partition count of the event topics (they may predate the setting).
     """
-    buffer = stream_buffer_size(max(partitions or 0, settings.kafka_partitions))
-    kafka_topics = topic_names(settings.kafka_topic_prefix)
+    buffer = stream_buffer_size(max(partitions or 0, deployment.partitions))
+    kafka_topics = topic_names(deployment.topic_prefix)
     app = faust.App(
-        app_id or default_app_id(settings),
-        broker=broker_url(settings.kafka_bootstrap),
+        app_id or default_app_id(deployment.topic_prefix),
+        broker=broker_url(deployment.bootstrap),
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
-        topic_partitions=settings.kafka_partitions,
+        topic_partitions=deployment.partitions,
         topic_replication_factor=1,
         processing_guarantee="at_least_once",
         consumer_auto_offset_reset="earliest",
@@ -251,7 +264,7 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
         stream_buffer_maxsize=buffer,
         broker_max_poll_records=POLL_RECORDS,
         web_enabled=False,
-        datadir=str(settings.home / "faust"),
+        datadir=str(deployment.datadir),
     )
 
     def topic(logical: str) -> Any:
@@ -261,7 +274,7 @@ def build_app(settings: Settings, indexer: Indexer, *, app_id: str | None = None
             value_type=bytes,
             key_serializer="raw",
             value_serializer="raw",
-            partitions=settings.kafka_partitions,
+            partitions=deployment.partitions,
         )
 
     topics = {logical: topic(logical) for logical in (*EVENT_TOPICS, TOPIC_DLQ)}
@@ -390,80 +403,3 @@ def _record(logical: str, message: Any) -> Record:
     key = message.key.decode("utf-8", "replace") if message.key is not None else ""
     stamp = int(message.timestamp * 1000) if message.timestamp else None
     return Record(logical, message.partition, message.offset, key, bytes(message.value or b""), stamp)
-
-
-def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None = None) -> None:
-    """Create the topics if needed, wire the stores, and run one Faust worker until it is stopped.
-
-    Start several (same settings, same app id) to share the partitions. SIGTERM/SIGINT stop it
-    gracefully; a SIGKILL loses nothing either, since offsets are committed only after apply.
-    """
-    from kafka import KafkaAdminClient
-
-    from ragsync.wiring import build
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="ragsync-worker-admin")
-    try:
-        partitions = ensure_topics(admin, settings.kafka_topic_prefix, settings.kafka_partitions)
-    finally:
-        admin.close()
-    components = build(settings)
-    # One line per HTTP request to Elasticsearch would drown the worker's own log at INFO.
-    for noisy in ("elastic_transport", "elastic_transport.transport", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        from ragsync.propagation_metrics import PropagationMetrics
-        from ragsync.purge import scheduled_purges
-        from ragsync.server import (
-            bind,
-            check_metrics_exposure,
-            metrics_app,
-            metrics_guard,
-            new_registry,
-            serve_in_thread,
-        )
-
-        registry = new_registry()
-        metrics = PropagationMetrics(registry, settings.revocation_bound_s)
-        if settings.worker_metrics_port is not None:
-            check_metrics_exposure(settings)
-            try:
-                listener = bind(settings.metrics_host, settings.worker_metrics_port)
-            except SettingsError as exc:  # a second worker on this host: the first one serves the port
-                log.warning("worker metrics not served: %s", "; ".join(exc.problems))
-            else:
-                serve_in_thread(metrics_app(registry, settings.metrics_token), listener)
-                log.info("worker metrics on %s/metrics %s", listener.url, metrics_guard(settings))
-        tracker = components.tracker(observe=metrics.observe)
-        tracker.sweep(components.docs)
-        indexer = Indexer(
-            components.sink(),
-            revocation_bound_s=settings.revocation_bound_s,
-            tracker=tracker,
-            maintain=scheduled_purges(components),
-        )
-        app = build_app(settings, indexer, app_id=app_id, partitions=max(len(p) for p in partitions.values()))
-        started = time.monotonic()
-        log.info(
-            "faust worker %s on %s (prefix %r)", app.conf.id, settings.kafka_bootstrap, settings.kafka_topic_prefix
-        )
-        worker = faust.Worker(app, loglevel=loglevel, quiet=True)
-        try:
-            worker.execute_from_commandline()
-        finally:
-            log.info("faust worker stopped after %.0fs: %s", time.monotonic() - started, indexer.summary())
-    finally:
-        components.close()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m streams.faust_app`: settings from RAGSYNC_* as everywhere else."""
-    parser = argparse.ArgumentParser(prog="python -m streams.faust_app", description=__doc__.split("\n")[0])
-    parser.add_argument("--loglevel", default="info")
-    parser.add_argument("--app-id", default=None, help="consumer group (default: <topic prefix>indexer)")
-    args = parser.parse_args(argv)
-    run_worker(Settings(), loglevel=args.loglevel, app_id=args.app_id)
-
-
-if __name__ == "__main__":
-    main()

@@ -32,6 +32,7 @@ from query.loop import interpret
 from query.ports import SEARCH_TOOL_SCHEMA, TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
 from query.retrieval import Retriever
 from query.worker import QueryWorker
+from ragsync.components import anthropic_model
 from ragsync.settings import Settings
 from schemas.decisions import GENERIC_ABSTENTION, AnswerDecision, ReasonCode
 from schemas.principal import Principal
@@ -308,9 +309,9 @@ def test_worker_abstains_when_the_reply_cites_nothing(stub: MessagesStub, worker
 def test_citations_setting_selects_native_mode(stub: MessagesStub, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key")
     monkeypatch.setenv("RAGSYNC_CITATIONS", "native")
-    adapter = AnthropicModel.from_settings(Settings(model="anthropic", anthropic_base_url=stub.url))
+    adapter = anthropic_model(Settings(model="anthropic", anthropic_base_url=stub.url))
     assert adapter.citations == "native"
-    assert AnthropicModel.from_settings(Settings(model="anthropic", citations="claims")).citations == "claims"
+    assert anthropic_model(Settings(model="anthropic", citations="claims")).citations == "claims"
     monkeypatch.setenv("RAGSYNC_CITATIONS", "footnotes")
     with pytest.raises(ValueError, match="citations"):
         Settings(model="anthropic")

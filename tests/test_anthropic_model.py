@@ -29,6 +29,7 @@ from query.ports import (
 )
 from query.retrieval import Retriever
 from query.worker import QueryWorker
+from ragsync.components import anthropic_model
 from ragsync.settings import Settings
 from schemas.decisions import GENERIC_ABSTENTION, ReasonCode, SearchDecision
 from schemas.principal import Principal
@@ -169,10 +170,10 @@ def test_from_settings_takes_key_from_env_and_base_url_from_settings(
     settings = Settings(model="anthropic", anthropic_model="claude-from-settings", anthropic_base_url=stub.url)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ModelUnavailable, match="ANTHROPIC_API_KEY"):
-        AnthropicModel.from_settings(settings)
+        anthropic_model(settings)
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key")
-    adapter = AnthropicModel.from_settings(settings)
+    adapter = anthropic_model(settings)
     stub.reply(message(tool_use(TOOL_SEARCH, {"query": "refunds"})))
     adapter.decide(TURN)
 

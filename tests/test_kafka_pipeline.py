@@ -216,7 +216,7 @@ class Deployment:
         path = self.tmp / f"worker-{len(self.workers)}.log"
         with path.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "streams.faust_app", "--loglevel", "info"],
+                [sys.executable, "-m", "ragsync.cluster_worker", "--loglevel", "info"],
                 cwd=REPO,
                 env=self.env(),
                 stdout=out,

@@ -1,7 +1,6 @@
-"""The one error a format reader raises for a file it cannot read, with the reason for the report."""
+"""The one error a format reader raises for a file it cannot read, with the reason for the report
+(defined with the other cross-layer errors in schemas.errors)."""
 
 from __future__ import annotations
 
-
-class Unreadable(ValueError):
-    """The file is of a supported type but cannot be read (corrupt, encrypted, no text): not indexed."""
+from schemas.errors import Unreadable as Unreadable  # re-export (schemas.errors)

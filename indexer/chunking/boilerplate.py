@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
 from indexer.chunking.openstack import OpenStack
-from indexer.text import html_for_parser
+from schemas.text import html_for_parser
 
 _VOID = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}

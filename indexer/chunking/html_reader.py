@@ -24,7 +24,7 @@ from indexer.chunking.units import (
     collapse,
     row_line,
 )
-from indexer.text import html_for_parser
+from schemas.text import html_for_parser
 
 # Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
 _SKIP_TAGS = frozenset({"script", "style", "head", "noscript", "template", "svg", "button", "select"})

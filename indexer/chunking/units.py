@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schemas.errors import Unchunkable as Unchunkable  # re-export (schemas.errors)
+
 
 @dataclass(frozen=True, slots=True)
 class Locus:
@@ -51,11 +53,6 @@ class Chunk:
     heading_path: tuple[str, ...]  # ("Refund policy", "Exceptions")
     text: str  # the passage body; the heading path is indexed separately, not prepended
     locus: Locus | None = None  # the page(s) or row it comes from, for formats that number them
-
-
-class Unchunkable(ValueError):
-    """The document's content cannot be made into passages within bounds (nested too deeply, or its
-    passages would repeat its headers to many times its size): that document's error, never a worker's."""
 
 
 MAX_AMPLIFICATION = 8

@@ -18,8 +18,7 @@ import click
 
 from ragsync.commands.common import EXIT_FAILED, EXIT_USAGE, declared_tenants, error, fail, note, settings_of
 from ragsync.home_lock import HomeLock, HomeOwned, OwnerInfo
-from ragsync.settings import Settings
-from ragsync.sources import SourceSettings
+from ragsync.settings import Settings, SourceSettings
 from ragsync.wiring import build
 from schemas.events import source_name_from
 
@@ -224,7 +223,7 @@ def worker(ctx: click.Context, poll_s: float) -> None:
     """
     settings = settings_of(ctx)
     if settings.profile == "cluster":
-        from streams.faust_app import run_worker
+        from ragsync.cluster_worker import run_worker
 
         run_worker(settings)
         return

@@ -24,11 +24,13 @@ The harness is a tool beside the CLI (`ragsync eval`), not part of the query pat
 only what answers a question, and this package drives it from the outside.
 
     questions  the question file (JSON lines) and its validation
+    context    the ports and settings an evaluation runs against (EvalContext)
     metrics    pure metrics: gold matching, recall@k, MRR, percentiles, miss stages, aggregation, gates
     runner     drives the stores and the worker through their ports, one question at a time
     report     the JSON report and its tables
 """
 
+from ragsync.evaluation.context import EvalContext
 from ragsync.evaluation.metrics import (
     KS,
     RANKERS,
@@ -53,7 +55,7 @@ from ragsync.evaluation.metrics import (
 )
 from ragsync.evaluation.questions import EvalQuestion, GoldSpan, QuestionFileError, load_questions, parse_questions
 from ragsync.evaluation.report import build_report, render
-from ragsync.evaluation.runner import EvalContext, Evaluator, run_eval
+from ragsync.evaluation.runner import Evaluator, run_eval
 
 __all__ = [
     "KS",

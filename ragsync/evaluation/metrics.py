@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from indexer.text import normalize
 from ragsync.evaluation.questions import GoldSpan
+from schemas.text import normalize
 
 KS: tuple[int, ...] = (1, 5, 10, 20)
 RANKERS: tuple[str, ...] = ("bm25", "dense", "fused")

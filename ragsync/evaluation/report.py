@@ -6,12 +6,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ragsync.evaluation.context import EvalContext
 from ragsync.evaluation.metrics import KS, Gates, QuestionResult, check_gates, summarize
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from ragsync.evaluation.runner import EvalContext
 
 
 def build_report(

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from indexer.ports import DocState, DocStateStore, Embedder, Hit, LexicalIndex, VectorIndex
-from query.ports import Model, Reranker
-from query.retrieval import Ranking, Retrieval, RetrievalSettings, Retriever
-from query.worker import AskResult, QueryWorker, WorkerSettings, default_as_of
+from indexer.ports import DocState, Hit
+from query.retrieval import Ranking, Retrieval, Retriever
+from query.worker import AskResult, QueryWorker, default_as_of
+from ragsync.evaluation.context import EvalContext as EvalContext  # re-export (moved out, issue 21)
 from ragsync.evaluation.metrics import (
     KS,
     STAGE_HELP,
@@ -34,9 +34,6 @@ from schemas._time import to_utc
 from schemas.decisions import ReasonCode
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal, acl_allows
-
-if TYPE_CHECKING:
-    from ragsync.wiring import Components
 
 NO_BM25_FLOOR = float("-inf")
 NO_DENSE_FLOOR = -1.0
@@ -66,40 +63,6 @@ class _RecordingRetriever(Retriever):
         result = super().search(principal, query, as_of, k)
         self.seen.extend(result.passages)
         return result
-
-
-@dataclass
-class EvalContext:
-    """The ports and settings one evaluation runs against (any profile)."""
-
-    lexical: LexicalIndex
-    vector: VectorIndex | None
-    embedder: Embedder | None
-    docs: DocStateStore
-    model: Model
-    retrieval: RetrievalSettings
-    worker: WorkerSettings
-    reranker: Reranker | None = None
-    retriever: Retriever | None = None
-    """The retriever to evaluate; None: one built from the ports and settings above (no result cache)."""
-
-    @classmethod
-    def from_components(cls, components: Components) -> EvalContext:
-        base = components.query_worker()
-        return cls(
-            lexical=components.lexical,
-            vector=components.vector,
-            embedder=components.embedder,
-            docs=components.docs,
-            model=base.model,
-            retrieval=base.retriever.settings,
-            worker=base.settings,
-            reranker=base.retriever.reranker,
-        )
-
-    @property
-    def dense_enabled(self) -> bool:
-        return self.vector is not None and self.embedder is not None
 
 
 class Evaluator:
