@@ -17,6 +17,16 @@
     tenants = ["acme", "globex"]
     interval_s = 60
 
+    [[sources]]
+    name = "intranet"
+    kind = "dokuwiki"              # a DokuWiki read through its remote API (connectors.dokuwiki)
+    url = "https://wiki.example"
+    user = "ragsync"               # a superuser of the wiki, allowed to use the remote API
+    password_env = "WIKI_PASSWORD" # or password = "..." here; never read from synced content
+    tenants = ["acme"]             # exactly one: the wiki's pages all belong to it
+    interval_s = 30
+    principals = { "@staff" = "group:employees", "bob" = "user:robert" }
+
 `tenants` is declared here, by whoever configures the source, and never taken from a file in it:
 a manifest naming another tenant locks its folder (connectors.access), so a writer of one folder
 cannot move documents into a tenant the source was not meant to feed. Like a webhook's `tenants`.
@@ -49,12 +59,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from connectors.access import TENANT_PATTERN
 from schemas.events import SOURCE_NAME_PATTERN
 
 if TYPE_CHECKING:
+    from connectors.permissions import PrincipalMap
     from connectors.scan import ScanReport
 
 log = logging.getLogger(__name__)
@@ -71,8 +82,9 @@ class SourceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
-    kind: Literal["drive", "git"] = "drive"
-    path: Path
+    kind: Literal["drive", "git", "dokuwiki"] = "drive"
+    path: Path | None = None
+    """The folder or repository (drive, git); a dokuwiki source has a `url` instead."""
     tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
     """The only tenants its manifests may name."""
     ref: str = "HEAD"
@@ -80,9 +92,32 @@ class SourceSettings(BaseModel):
     url_base: str | None = None
     interval_s: float = Field(default=300.0, gt=0)
     watch: bool = False
+    url: str | None = None
+    """dokuwiki: the wiki's base URL (its remote API is <url>/lib/exe/xmlrpc.php)."""
+    user: str | None = None
+    password: SecretStr | None = None
+    password_env: str | None = None
+    """dokuwiki: the environment variable holding the password, when it is not in the settings."""
+    principals: dict[str, str] = Field(default_factory=dict)
+    """dokuwiki: wiki principals (`user`, `@group`) to token principals (`user:x`, `group:x`, or "" for none)."""
+    timeout_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
+        remote = (self.url, self.user, self.password, self.password_env)
+        if self.kind == "dokuwiki":
+            if self.path is not None or self.watch or self.ref != "HEAD" or self.subdir:
+                raise ValueError("a dokuwiki source takes url, user and a password, not path, watch, ref or subdir")
+            if not self.url or not self.user or (self.password is None) == (self.password_env is None):
+                raise ValueError("a dokuwiki source needs url, user and exactly one of password, password_env")
+            if len(self.tenants) != 1:
+                raise ValueError("a dokuwiki source feeds exactly one tenant")
+            principal_map(self.principals)  # ValueError on a bad entry
+            return self
+        if self.path is None:
+            raise ValueError(f"a {self.kind} source needs a path")
+        if any(v is not None for v in remote) or self.principals:
+            raise ValueError("url, user, password, password_env and principals apply to kind = 'dokuwiki' only")
         if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
             raise ValueError("ref and subdir apply to kind = 'git' only")
         if self.kind == "git" and self.watch:
@@ -90,11 +125,46 @@ class SourceSettings(BaseModel):
         return self
 
 
+def principal_map(principals: dict[str, str]) -> PrincipalMap:
+    """`{"@hr": "group:people", "bob": "user:robert", "eve": ""}` -> PrincipalMap (same-name defaults)."""
+    from connectors.permissions import PrincipalMap
+
+    users: dict[str, str] = {}
+    groups: dict[str, str] = {}
+    for name, target in principals.items():
+        kind = "group" if name.startswith("@") else "user"
+        if target and not target.startswith(f"{kind}:"):
+            raise ValueError(f"principals: {name!r} is a wiki {kind}: it maps to '{kind}:<name>' or '', not {target!r}")
+        (groups if kind == "group" else users)[name.removeprefix("@")] = target.removeprefix(f"{kind}:")
+    return PrincipalMap(users=users, groups=groups)
+
+
+def dokuwiki_password(source: SourceSettings) -> str:
+    """From the settings or the environment only; a missing variable is a one-line error."""
+    import os
+
+    if source.password is not None:
+        return source.password.get_secret_value()
+    value = os.environ.get(source.password_env or "")
+    if not value:
+        raise ValueError(f"the environment variable {source.password_env} (password_env) is not set")
+    return value
+
+
 def source_problems(source: SourceSettings, home: Path) -> list[str]:
     """Why a declared source cannot be synced at all, checked before serve starts (empty when it can).
 
     A pass would otherwise report the same error every interval while serve looks healthy."""
+    if source.kind == "dokuwiki":
+        # Its settings only: a wiki that is down now is a failed pass (one ERROR line, nothing
+        # deleted) that the next interval retries, not a reason to refuse to serve the other sources.
+        try:
+            connector_for(source, home)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
     path = source.path
+    assert path is not None  # the model requires it for these kinds
     if not path.exists():
         return [f"path {path} does not exist"]
     if not path.is_dir():
@@ -172,6 +242,14 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
 
+    if source.kind == "dokuwiki":
+        from connectors.dokuwiki import DokuWikiClient, DokuWikiConnector
+
+        assert source.url is not None and source.user is not None
+        client = DokuWikiClient(source.url, source.user, dokuwiki_password(source), timeout_s=source.timeout_s)
+        principals = principal_map(source.principals)
+        return DokuWikiConnector(client, source.name, tenant=source.tenants[0], principals=principals)
+    assert source.path is not None
     if source.kind == "git":
         options: dict[str, Any] = {}
         if source.url_base is not None:
@@ -272,7 +350,7 @@ class SourceRunner:
         self.clock = clock
         self.next_full = clock()  # a full pass first: the state may be behind the folder
         self.watcher: ChangeWatcher | None = None
-        if source.watch:
+        if source.watch and source.path is not None:
             self.watcher = ChangeWatcher(source.path, ignore=[home])
 
     def due(self) -> str | None:
