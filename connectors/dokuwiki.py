@@ -28,8 +28,17 @@ highest level among those rules; superusers read everything), and the tests comp
 pair with the wiki's `wiki.aclCheck` after random edits. `connectors.permissions.translate` turns
 the decisions per known user into the allow list, stricter where @ALL admits unknown readers.
 
-ACL edits are not recent changes, so every pass compares the rules and the directory with the last
-pass's and re-translates every page when either changed. Any failure to read the listing raises
+Why every pass lists all pages rather than asking `wiki.getRecentChanges`: `getAllPages` is one
+call that returns every page with its current revision, so an unchanged page costs a comparison of
+fingerprints and nothing is fetched, while recent changes would still need the full list for the
+deletions it cannot show (and it answers "no changes" with a fault). Each pass's listing is
+complete, so the scheduler's passes (every `interval_s`) may delete; a pass whose listing failed
+raises before anything is compared. Only the revision current at a pass becomes a version: two
+edits between passes are one version, and the history before the first sync is not back-filled.
+
+ACL edits are not page changes, so every pass reads the rules and the users again and translates
+every page (pure, milliseconds for hundreds of pages); the scanner compares each page's ACL with
+the one it holds and publishes only the changes. Any failure to read the listing raises
 (one line, nothing deleted); a failure to read the rules or the users locks every page (readable
 by nobody) and is reported, and a page whose rules cannot be evaluated is locked alone.
 Renames are what the wiki makes of them (the 2022 core has no rename call): the old page deleted,
@@ -168,6 +177,10 @@ class DokuWikiClient:
         self._proxy = xmlrpc.client.ServerProxy(f"{self.base}/lib/exe/xmlrpc.php", transport=self._session)
         self._logged_in = False
 
+    def twin(self) -> DokuWikiClient:
+        """Another session with the same credentials, for calls made at the same time."""
+        return DokuWikiClient(self.base, self._user, self._password, timeout_s=self.timeout_s)
+
     def __repr__(self) -> str:  # never the password
         return f"DokuWikiClient({self.base!r}, user={self._user!r})"
 
@@ -285,6 +298,7 @@ class DokuWikiConnector:
         self._errors: list[str] = []
         self._superusers: tuple[Mapping[str, frozenset[str]], frozenset[str], frozenset[str]] | None = None
         self.unmapped: set[str] = set()
+        self._helpers = (client.twin(), client.twin())
 
     @property
     def errors(self) -> list[str]:
@@ -311,10 +325,21 @@ class DokuWikiConnector:
     async def documents(self) -> AsyncIterator[SourceDocument]:
         self._errors = []
         self.unmapped = set()
-        pages = await asyncio.to_thread(self.client.pages)  # DokuWikiError: the pass fails, nothing deleted
+        # The three reads at once, each on a session of its own (a revocation waits for the slowest).
+        listing = asyncio.ensure_future(asyncio.to_thread(self.client.pages))
+        reading = asyncio.gather(
+            asyncio.to_thread(self._helpers[0].rules), asyncio.to_thread(self._helpers[1].users), return_exceptions=True
+        )
         try:
-            rules = await asyncio.to_thread(self.client.rules)
-            users = await asyncio.to_thread(self.client.users)
+            pages = await listing  # DokuWikiError: the pass fails, nothing deleted
+        finally:
+            read = await reading
+        try:
+            for outcome in read:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            rules, users = read[0], read[1]
+            assert isinstance(rules, dict) and isinstance(users, dict)
             admins = await asyncio.to_thread(self._admins, users, pages[0].id if pages else "start")
         except DokuWikiError as exc:
             self._errors.append(f"permissions cannot be read, every page is readable by nobody: {exc}")

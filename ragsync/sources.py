@@ -349,6 +349,7 @@ class SourceRunner:
         self.debounce_s = debounce_s
         self.clock = clock
         self.next_full = clock()  # a full pass first: the state may be behind the folder
+        self._full_started = self.next_full
         self.watcher: ChangeWatcher | None = None
         if source.watch and source.path is not None:
             self.watcher = ChangeWatcher(source.path, ignore=[home])
@@ -356,6 +357,7 @@ class SourceRunner:
     def due(self) -> str | None:
         """ "full", "changes" or None."""
         if self.clock() >= self.next_full:
+            self._full_started = self.clock()
             return "full"
         if self.watcher is not None:
             change = self.watcher.take(self.debounce_s)
@@ -364,8 +366,10 @@ class SourceRunner:
         return None
 
     def ran(self, kind: str) -> None:
+        """Full passes start every interval_s (from the start of the last one, so a pass that takes a
+        while does not stretch the interval a revocation may wait; back to back if longer)."""
         if kind == "full":
-            self.next_full = self.clock() + self.source.interval_s
+            self.next_full = self._full_started + self.source.interval_s
 
 
 class Scheduler:
