@@ -249,3 +249,28 @@ def test_a_dokuwiki_source_is_declared_with_url_credentials_one_tenant_and_princ
     assert connector.principals.user("eve") is None and connector.principals.user("ann") == "user:ann"
     with pytest.raises(DokuWikiError, match="cannot be reached"):  # nothing listens on port 9
         connector.check()
+
+
+def test_full_passes_start_every_interval_from_the_start_of_the_last_one(tmp_path: Path) -> None:
+    """A pass that takes most of the interval must not push the next one a whole interval later:
+    a revocation made just after a pass starts would otherwise wait for two passes and an interval."""
+    from ragsync.sources import SourceRunner
+
+    now = [100.0]
+    source = SourceSettings(
+        name="intranet",
+        kind="dokuwiki",
+        url="http://127.0.0.1:9",
+        user="bot",
+        password="x",  # type: ignore[arg-type]
+        tenants=("acme",),
+        interval_s=2.0,
+    )
+    runner = SourceRunner(source, tmp_path, clock=lambda: now[0])
+    assert runner.due() == "full"
+    now[0] += 1.5  # the pass takes 1.5 s
+    runner.ran("full")
+    now[0] = 101.9
+    assert runner.due() is None
+    now[0] = 102.0
+    assert runner.due() == "full", "two seconds after the last pass started, not after it ended"
