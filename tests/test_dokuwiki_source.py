@@ -166,6 +166,13 @@ def test_revocation_deletion_and_rename_in_the_wiki_reach_answers(wiki: Wiki, tm
         wiki.revoke("hr:salaries", "ann")
         sync_source(components, connector)
         assert "zanzibar-90000" not in _ask(client, "ann", ("user",), "senior salary band zanzibar")
+        wiki.grant("hr:leave", "@ALL", 1)  # anyone, even readers the wiki does not know: not expressible
+        report = sync_source(components, connector).scan
+        (line,) = [n for n in report.narrowed if n.startswith("hr/leave: ")]
+        assert "lets in readers it does not name" in line and "@ALL" in line
+        assert "quokka-26" in _ask(client, "bob", ("eng", "user"), "parental leave quokka"), "known users: each granted"
+        assert "quokka-26" not in _ask(client, "zed", ("guests",), "parental leave quokka"), "unknown: stricter"
+        wiki.revoke("hr:leave", "@ALL")
 
         wiki.put("hr:archive:leave", str(wiki.client.call("wiki.getPage", "hr:leave")))  # the rename
         wiki.put("hr:leave", "")
