@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from connectors.access import TENANT_PATTERN
@@ -100,6 +100,24 @@ class PrincipalsSettings(BaseModel):
     users: dict[str, str] = Field(default_factory=dict)
     groups: dict[str, str] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        """Also `principals = { "@hr" = "group:people", "bob" = "user:robert", "eve" = "" }`, as a wiki
+        writes its principals (`@` marks a group); the target must be of the same kind or ""."""
+        if not isinstance(data, dict) or set(data) <= {"users", "groups"}:
+            return data
+        users: dict[str, str] = {}
+        groups: dict[str, str] = {}
+        for name, target in data.items():
+            if not isinstance(name, str) or not isinstance(target, str):
+                raise ValueError("principals: names and targets are strings")
+            kind = "group" if name.startswith("@") else "user"
+            if target and not target.startswith(f"{kind}:"):
+                raise ValueError(f"principals: {name!r} is a {kind}: it maps to '{kind}:<name>' or '', not {target!r}")
+            (groups if kind == "group" else users)[name.removeprefix("@")] = target.removeprefix(f"{kind}:")
+        return {"users": users, "groups": groups}
+
 
 class SourceSettings(BaseModel):
     """One `[[sources]]` entry of the settings file."""
@@ -107,8 +125,9 @@ class SourceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
-    kind: Literal["drive", "git"] = "drive"
-    path: Path
+    kind: Literal["drive", "git", "dokuwiki"] = "drive"
+    path: Path | None = None
+    """The folder or repository (drive, git); a dokuwiki source has a `url` instead."""
     tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
     """The only tenants its manifests may name."""
     ref: str = "HEAD"
@@ -119,11 +138,36 @@ class SourceSettings(BaseModel):
     permissions: Literal["manifests", "posix"] = "manifests"
     """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
     principals: PrincipalsSettings = PrincipalsSettings()
+    url: str | None = None
+    """dokuwiki: the wiki's base URL (its remote API is <url>/lib/exe/xmlrpc.php)."""
+    user: str | None = None
+    password: SecretStr | None = None
+    password_env: str | None = None
+    """dokuwiki: the environment variable holding the password, when it is not in the settings."""
+    timeout_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
+        remote = (self.url, self.user, self.password, self.password_env)
+        mapped = bool(self.principals.users or self.principals.groups)
+        if self.kind == "dokuwiki":
+            if self.path is not None or self.watch or self.ref != "HEAD" or self.subdir:
+                raise ValueError("a dokuwiki source takes url, user and a password, not path, watch, ref or subdir")
+            if not self.url or not self.user or (self.password is None) == (self.password_env is None):
+                raise ValueError("a dokuwiki source needs url, user and exactly one of password, password_env")
+            if len(self.tenants) != 1:
+                raise ValueError("a dokuwiki source feeds exactly one tenant")
+            if self.permissions != "manifests":
+                raise ValueError("permissions applies to kind = 'drive' only (a wiki's own ACLs decide)")
+            return self
+        if self.path is None:
+            raise ValueError(f"a {self.kind} source needs a path")
+        if any(v is not None for v in remote):
+            raise ValueError("url, user, password and password_env apply to kind = 'dokuwiki' only")
         if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
             raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
+        if mapped and self.permissions != "posix":
+            raise ValueError("principals apply to sources whose permissions come from the source (dokuwiki, posix)")
         if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
             raise ValueError("ref and subdir apply to kind = 'git' only")
         if self.kind == "git" and self.watch:

@@ -27,6 +27,16 @@
     tenants = ["acme", "globex"]
     interval_s = 60
 
+    [[sources]]
+    name = "intranet"
+    kind = "dokuwiki"              # a DokuWiki read through its remote API (connectors.dokuwiki)
+    url = "https://wiki.example"
+    user = "ragsync"               # a superuser of the wiki, allowed to use the remote API
+    password_env = "WIKI_PASSWORD" # or password = "..." here; never read from synced content
+    tenants = ["acme"]             # exactly one: the wiki's pages all belong to it
+    interval_s = 30
+    principals = { "@staff" = "group:employees", "bob" = "user:robert" }
+
 `tenants` is declared here, by whoever configures the source, and never taken from a file in it:
 a manifest naming another tenant locks its folder (connectors.access), so a writer of one folder
 cannot move documents into a tenant the source was not meant to feed. Like a webhook's `tenants`.
@@ -63,7 +73,9 @@ from ragsync.pipeline import publish_source
 from ragsync.settings import SourceSettings as SourceSettings  # re-export (declared beside Settings)
 
 if TYPE_CHECKING:
+    from connectors.permissions import PrincipalMap
     from connectors.scan import ScanReport
+    from ragsync.settings import PrincipalsSettings
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +87,39 @@ IDLE_CAP_S = 5.0
 """The longest an idle scheduler sleeps without a change or a full pass due (a clock that jumped)."""
 
 
+def principal_map(principals: PrincipalsSettings) -> PrincipalMap:
+    """`[sources.principals]` -> PrincipalMap (same-name defaults; "" maps a name to nothing)."""
+    from connectors.permissions import PrincipalMap
+
+    return PrincipalMap(users=dict(principals.users), groups=dict(principals.groups))
+
+
+def dokuwiki_password(source: SourceSettings) -> str:
+    """From the settings or the environment only; a missing variable is a one-line error."""
+    import os
+
+    if source.password is not None:
+        return source.password.get_secret_value()
+    value = os.environ.get(source.password_env or "")
+    if not value:
+        raise ValueError(f"the environment variable {source.password_env} (password_env) is not set")
+    return value
+
+
 def source_problems(source: SourceSettings, home: Path) -> list[str]:
     """Why a declared source cannot be synced at all, checked before serve starts (empty when it can).
 
     A pass would otherwise report the same error every interval while serve looks healthy."""
+    if source.kind == "dokuwiki":
+        # Its settings only: a wiki that is down now is a failed pass (one ERROR line, nothing
+        # deleted) that the next interval retries, not a reason to refuse to serve the other sources.
+        try:
+            connector_for(source, home)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
     path = source.path
+    assert path is not None  # the model requires it for these kinds
     if not path.exists():
         return [f"path {path} does not exist"]
     if not path.is_dir():
@@ -143,6 +183,14 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
 
+    if source.kind == "dokuwiki":
+        from connectors.dokuwiki import DokuWikiClient, DokuWikiConnector
+
+        assert source.url is not None and source.user is not None
+        client = DokuWikiClient(source.url, source.user, dokuwiki_password(source), timeout_s=source.timeout_s)
+        principals = principal_map(source.principals)
+        return DokuWikiConnector(client, source.name, tenant=source.tenants[0], principals=principals)
+    assert source.path is not None
     if source.kind == "git":
         options: dict[str, Any] = {}
         if source.url_base is not None:
@@ -151,9 +199,8 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         return GitWikiConnector(
             source.path, tenants=source.tenants, ref=source.ref, subdir=source.subdir, name=source.name, **options
         )
-    from connectors.permissions import PrincipalMap
 
-    principals = PrincipalMap(users=dict(source.principals.users), groups=dict(source.principals.groups))
+    principals = principal_map(source.principals)
     return DriveConnector(
         source.path,
         source.name,
@@ -303,9 +350,10 @@ class SourceRunner:
         self.debounce_s = debounce_s
         self.clock = clock
         self.next_full = clock()  # a full pass first: the state may be behind the folder
+        self._full_started = self.next_full
         self.watcher: ChangeWatcher | None = None
         self.accounts: AccountWatcher | None = None
-        if source.watch:
+        if source.watch and source.path is not None:
             self.watcher = ChangeWatcher(source.path, ignore=[home])
             if source.permissions == "posix" and ACCOUNTS.is_dir():
                 self.accounts = AccountWatcher()
@@ -313,6 +361,7 @@ class SourceRunner:
     def due(self) -> str | None:
         """ "full", "changes" or None."""
         if self.clock() >= self.next_full:
+            self._full_started = self.clock()
             return "full"
         if self.watcher is not None:
             change = self.watcher.take(self.debounce_s)
@@ -323,8 +372,10 @@ class SourceRunner:
         return None
 
     def ran(self, kind: str) -> None:
+        """Full passes start every interval_s (from the start of the last one, so a pass that takes a
+        while does not stretch the interval a revocation may wait; back to back if longer)."""
         if kind == "full":
-            self.next_full = self.clock() + self.source.interval_s
+            self.next_full = self._full_started + self.source.interval_s
 
 
 class Scheduler:
