@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 from conftest import MODEL_PATH
-from serving import Serve, cli, environment, until
+from serving import Serve, cli, environment
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no embedding model at {MODEL_PATH}")
 
@@ -83,7 +84,7 @@ def test_idle_serve_after_deletions_is_quiet_and_erase_beside_it_returns_at_once
 
         # The first purge after the deletions: every copy of each deleted document purged physically.
         for path in ("acme/note0.md", "acme/note3.md"):
-            until(lambda p=path: certified(env, p)["complete"], 60, f"{path} purged")
+            wait_until(lambda p=path: certified(env, p)["complete"], 60, f"{path} purged")
         first = verified(env)
         kinds_before = first["records"]
         assert kinds_before >= 4 + 2, first  # 4 deletions, and at least two stores' purges
