@@ -50,7 +50,7 @@ from ragsync.wiring import Components, build
 from schemas.principal import Principal
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-WORLDS = {"ci": 200}.get(PROFILE, 1000)
+WORLDS = {"ci": 200}.get(PROFILE, 400)
 ASKS_PER_WORLD = int(os.environ.get("ISOLATION_ASKS", "4" if PROFILE == "ci" else "30"))
 SEED = int(os.environ.get("ISOLATION_SEED") or datetime.now(UTC).strftime("%Y%m%d"))
 """Rotating: another set of worlds every day, the same all day (and with ISOLATION_SEED, any day)."""
