@@ -140,85 +140,159 @@ async def scan(
     `allow_deletes=False` is a pass that may only add and change (a watcher's change-driven pass);
     deletions then wait for a full pass.
     """
-    report = ScanReport()
-    source = connector.name
-    state.claim(source, connector.location)  # SourceConflict: the name already namespaces another source
-    seen: set[tuple[str, str]] = set()
-    acl_changed: set[tuple[str, str]] = set()
-    own_errors: list[str] = []
-    pending: list[tuple[Event, DocRecord]] = []
-    pending_since = 0.0
+    state.claim(connector.name, connector.location)  # SourceConflict: the name already namespaces another source
+    emitter = _Emitter(state, connector.name, publish, publish_many, batch, max_batch_delay_s)
+    run = _Scan(connector, state, emitter, now, force, allow_deletes, extract, max_event_bytes)
+    to_read = await run.listing_pass(progress)
+    run.settle_missing()
+    await run.content_pass(to_read)
+    return run.finish()
 
-    def issued(rows: Sequence[tuple[Event, DocRecord]]) -> None:
+
+class _Emitter:
+    """Publishes events and writes their state rows after the log has them, one at a time or in batches.
+
+    Versions are spent (`state.issue`) before publishing: a publish that fails after reaching the log
+    never lets another event reuse its version.
+    """
+
+    def __init__(
+        self,
+        state: ConnectorState,
+        source: str,
+        publish: Callable[[Event], None],
+        publish_many: Callable[[Sequence[Event]], None] | None,
+        batch: int,
+        max_batch_delay_s: float,
+    ) -> None:
+        self.state, self.source = state, source
+        self.publish, self.publish_many = publish, publish_many
+        self.batch, self.max_batch_delay_s = batch, max_batch_delay_s
+        self.pending: list[tuple[Event, DocRecord]] = []
+        self.pending_since = 0.0
+
+    def issued(self, rows: Sequence[tuple[Event, DocRecord]]) -> None:
         """Spend the versions before publishing (state rows are keyed by the unqualified doc_id)."""
-        state.issue(source, [(row.tenant, row.doc_id, event.version) for event, row in rows])
+        self.state.issue(self.source, [(row.tenant, row.doc_id, event.version) for event, row in rows])
 
-    def emit(event: Event, row: DocRecord) -> None:
-        nonlocal pending_since
-        if publish_many is None:
-            issued([(event, row)])
-            publish(event)
-            state.put(source, row)
+    def publish_now(self, event: Event, row: DocRecord) -> None:
+        """Published at once, whatever the batching: what must not wait behind a batch (a lock)."""
+        self.issued([(event, row)])
+        self.publish(event)
+
+    def emit(self, event: Event, row: DocRecord) -> None:
+        if self.publish_many is None:
+            self.issued([(event, row)])
+            self.publish(event)
+            self.state.put(self.source, row)
             return
-        if not pending:
-            pending_since = time.monotonic()
-        pending.append((event, row))
-        if len(pending) >= batch or time.monotonic() - pending_since >= max_batch_delay_s:
-            flush()
+        if not self.pending:
+            self.pending_since = time.monotonic()
+        self.pending.append((event, row))
+        if len(self.pending) >= self.batch or time.monotonic() - self.pending_since >= self.max_batch_delay_s:
+            self.flush()
 
-    def flush() -> None:
-        if pending and publish_many is not None:
-            issued(pending)
-            publish_many([event for event, _ in pending])
-            for _, row in pending:
-                state.put(source, row)
-            pending.clear()
+    def flush(self) -> None:
+        if self.pending and self.publish_many is not None:
+            self.issued(self.pending)
+            self.publish_many([event for event, _ in self.pending])
+            for _, row in self.pending:
+                self.state.put(self.source, row)
+            self.pending.clear()
 
-    def acl_event(record: DocRecord, acl: tuple[str, ...]) -> DocRecord:
-        version = state.next_version(source, record.tenant, record.doc_id, record.version)
+
+@dataclass(frozen=True)
+class _ToRead:
+    """A listed document whose content the content pass must read: new, changed, or forced."""
+
+    doc: SourceDocument
+    live: DocRecord | None  # its indexed state, None when new or deleted
+    last_version: int  # the version its next event follows
+    acl: tuple[str, ...]  # what the listing says, sorted
+
+
+class _Scan:
+    """One scan's decisions, step by step: `listing_pass`, `settle_missing` (deletions or locks),
+    `content_pass`, `finish`. The deletions are decided in `settle_missing` alone."""
+
+    def __init__(
+        self,
+        connector: SourceConnector,
+        state: ConnectorState,
+        emitter: _Emitter,
+        now: Callable[[], datetime],
+        force: bool,
+        allow_deletes: bool,
+        extract: Callable[[ContentType, bytes], Content],
+        max_event_bytes: int,
+    ) -> None:
+        self.connector, self.state, self.emitter, self.now = connector, state, emitter, now
+        self.source = connector.name
+        self.force, self.allow_deletes = force, allow_deletes
+        self.extract, self.max_event_bytes = extract, max_event_bytes
+        self.report = ScanReport()
+        self.seen: set[tuple[str, str]] = set()
+        self.acl_changed: set[tuple[str, str]] = set()
+        self.own_errors: list[str] = []
+
+    # ---- the events a scan emits
+
+    def acl_event(self, record: DocRecord, acl: tuple[str, ...]) -> DocRecord:
+        version = self.state.next_version(self.source, record.tenant, record.doc_id, record.version)
         row = replace(record, version=version, acl=acl)
-        emit(build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=acl), now()), row)
-        if (record.tenant, record.doc_id) not in acl_changed:
-            acl_changed.add((record.tenant, record.doc_id))
-            report.acl_changes += 1
+        event = build_event(self.source, record.tenant, record.doc_id, version, AclPayload(acl=acl), self.now())
+        self.emitter.emit(event, row)
+        if (record.tenant, record.doc_id) not in self.acl_changed:
+            self.acl_changed.add((record.tenant, record.doc_id))
+            self.report.acl_changes += 1
         return row
 
-    def delete(record: DocRecord, reason: str) -> None:
-        version = state.next_version(source, record.tenant, record.doc_id, record.version)
-        event = build_event(source, record.tenant, record.doc_id, version, DeletePayload(reason=reason), now())
-        emit(event, replace(record, version=version, deleted=True))
-        report.deletes += 1
+    def delete(self, record: DocRecord, reason: str) -> None:
+        version = self.state.next_version(self.source, record.tenant, record.doc_id, record.version)
+        payload = DeletePayload(reason=reason)
+        event = build_event(self.source, record.tenant, record.doc_id, version, payload, self.now())
+        self.emitter.emit(event, replace(record, version=version, deleted=True))
+        self.report.deletes += 1
 
-    def lock(doc: SourceDocument) -> None:
+    def lock(self, doc_id: str) -> None:
         """Readable by nobody, under every tenant it is indexed for; never deleted for being unreadable."""
-        for record in state.live_elsewhere(source, doc.doc_id, ""):
-            seen.add((record.tenant, record.doc_id))
+        for record in self.state.live_elsewhere(self.source, doc_id, ""):
+            self.seen.add((record.tenant, record.doc_id))
             if record.acl == ():
-                report.unchanged += 1
+                self.report.unchanged += 1
                 continue
-            version = state.next_version(source, record.tenant, record.doc_id, record.version)
-            locked = build_event(source, record.tenant, record.doc_id, version, AclPayload(acl=()), now())
-            issued([(locked, record)])
-            publish(locked)
-            state.put(source, replace(record, version=version, acl=()))
-            report.acl_changes += 1
-            report.locked += 1
+            version = self.state.next_version(self.source, record.tenant, record.doc_id, record.version)
+            locked = build_event(self.source, record.tenant, record.doc_id, version, AclPayload(acl=()), self.now())
+            self.emitter.publish_now(locked, record)
+            self.state.put(self.source, replace(record, version=version, acl=()))
+            self.report.acl_changes += 1
+            self.report.locked += 1
 
     # ---- the listing pass: what the listing alone decides, published before any content is read
-    to_read: list[tuple[SourceDocument, DocRecord | None, int, tuple[str, ...]]] = []
-    async for doc in connector.documents():
-        if progress is not None:
-            progress(1)
-        if doc.locked:
-            lock(doc)
-            continue
-        seen.add((doc.tenant, doc.doc_id))
-        report.narrowed.extend(f"{doc.doc_id}: {why}" for why in doc.narrowed)
+
+    async def listing_pass(self, progress: Callable[[int], None] | None) -> list[_ToRead]:
+        to_read: list[_ToRead] = []
+        async for doc in self.connector.documents():
+            if progress is not None:
+                progress(1)
+            if doc.locked:
+                self.lock(doc.doc_id)
+                continue
+            item = self.list_one(doc)
+            if item is not None:
+                to_read.append(item)
+        self.emitter.flush()  # state rows first: the deletions read them
+        return to_read
+
+    def list_one(self, doc: SourceDocument) -> _ToRead | None:
+        """Publish what the listing decides for this document; what its content must decide, returned."""
+        self.seen.add((doc.tenant, doc.doc_id))
+        self.report.narrowed.extend(f"{doc.doc_id}: {why}" for why in doc.narrowed)
         # Seen under a new tenant: the old tenant loses it now, whether or not this scan completes.
-        for moved in state.live_elsewhere(source, doc.doc_id, doc.tenant):
-            delete(moved, "moved to another tenant")
+        for moved in self.state.live_elsewhere(self.source, doc.doc_id, doc.tenant):
+            self.delete(moved, "moved to another tenant")
         acl = tuple(sorted(set(doc.acl)))
-        record = state.get(source, doc.tenant, doc.doc_id)
+        record = self.state.get(self.source, doc.tenant, doc.doc_id)
         live = record if record is not None and not record.deleted else None
         if live is not None and live.acl != acl:
             # The same content (fingerprint) takes its new ACL now. Changed content takes only the
@@ -226,66 +300,90 @@ async def scan(
             # wider ACL never reaches the old text it may not have been meant for (fail closed).
             narrowed = acl if live.fingerprint == doc.fingerprint else tuple(a for a in live.acl if a in acl)
             if narrowed != live.acl:
-                live = acl_event(live, narrowed)
-        if live is not None and not force and live.fingerprint == doc.fingerprint and live.acl == acl:
-            if (doc.tenant, doc.doc_id) not in acl_changed:
-                report.unchanged += 1
-            continue
+                live = self.acl_event(live, narrowed)
+        if live is not None and not self.force and live.fingerprint == doc.fingerprint and live.acl == acl:
+            if (doc.tenant, doc.doc_id) not in self.acl_changed:
+                self.report.unchanged += 1
+            return None
         last = live or record
-        to_read.append((doc, live, last.version if last is not None else 0, acl))
-    flush()  # state rows first: the deletions below read them
-    if connector.errors:
-        report.deletes_skipped = True
-        # Deletes wait for a complete listing, but a document gone from under a broken manifest
-        # must not keep its old readers meanwhile: it is locked like the documents still there.
-        locked_folders: tuple[str, ...] = getattr(connector, "locked_folders", ())
-        for record in state.live(source):
-            gone = (record.tenant, record.doc_id) not in seen
-            if gone and any(f == "" or record.doc_id.startswith(f + "/") for f in locked_folders):
-                lock(SourceDocument(record.doc_id, record.tenant, (), "", "text", "", "", _no_fetch, locked=True))
-    elif allow_deletes:
-        for record in state.live(source):
-            if (record.tenant, record.doc_id) not in seen:
-                delete(record, "removed at source")
-    flush()
+        return _ToRead(doc, live, last.version if last is not None else 0, acl)
+
+    def settle_missing(self) -> None:
+        """What is indexed and was not listed: deleted only after a complete listing (a permission hiccup
+        or an unmounted share must never wipe an index), locked when gone from under a broken manifest."""
+        if self.connector.errors:
+            self.report.deletes_skipped = True
+            # Deletes wait for a complete listing, but a document gone from under a broken manifest
+            # must not keep its old readers meanwhile: it is locked like the documents still there.
+            locked_folders: tuple[str, ...] = getattr(self.connector, "locked_folders", ())
+            for record in self.state.live(self.source):
+                gone = (record.tenant, record.doc_id) not in self.seen
+                if gone and any(f == "" or record.doc_id.startswith(f + "/") for f in locked_folders):
+                    self.lock(record.doc_id)
+        elif self.allow_deletes:
+            for record in self.state.live(self.source):
+                if (record.tenant, record.doc_id) not in self.seen:
+                    self.delete(record, "removed at source")
+        self.emitter.flush()
 
     # ---- the content pass: each document read within its budget, its failure its own
-    for doc, live, last_version, acl in to_read:
-        try:
-            event = await _content_event(
-                doc, live, last_version, acl, source, state, report, extract, force, now, max_event_bytes
-            )
-        except _FetchFailed as exc:
-            report.fetch_failed = True
-            own_errors.append(f"{shown(doc.doc_id)}: {exc}")
-            continue
-        except Exception as exc:
-            # One document's bad content (an unreadable file, an impossible date, a file over its
-            # budget, a parser bug) is that document's error, never a stopped scan. It is seen, so it
-            # is not deleted, and it keeps its last good content and its fingerprint, so the next
-            # scan reads it again and reports it again until it is fixed. Its revocation, if any,
-            # went out in the listing pass; a widening waits for content that can be read.
-            own_errors.append(f"{shown(doc.doc_id)}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc))
-            continue
+
+    async def content_pass(self, to_read: list[_ToRead]) -> None:
+        for item in to_read:
+            try:
+                event = await _content_event(
+                    item.doc,
+                    item.live,
+                    item.last_version,
+                    item.acl,
+                    self.source,
+                    self.state,
+                    self.report,
+                    self.extract,
+                    self.force,
+                    self.now,
+                    self.max_event_bytes,
+                )
+            except _FetchFailed as exc:
+                self.report.fetch_failed = True
+                self.own_errors.append(f"{shown(item.doc.doc_id)}: {exc}")
+                continue
+            except Exception as exc:
+                # One document's bad content (an unreadable file, an impossible date, a file over its
+                # budget, a parser bug) is that document's error, never a stopped scan. It is seen, so it
+                # is not deleted, and it keeps its last good content and its fingerprint, so the next
+                # scan reads it again and reports it again until it is fixed. Its revocation, if any,
+                # went out in the listing pass; a widening waits for content that can be read.
+                doc = item.doc
+                self.own_errors.append(
+                    f"{shown(doc.doc_id)}: {exc}" if isinstance(exc, _ContentError) else _describe(doc, exc)
+                )
+                continue
+            self.content_read(item, event)
+        self.emitter.flush()
+
+    def content_read(self, item: _ToRead, event: Event | None) -> None:
+        """The upsert of new content; for the same bytes under a new fingerprint (a touch, or an edit
+        undone), the content is known, so its ACL may now widen to what the listing says."""
+        doc, live, acl = item.doc, item.live, item.acl
         if event is not None:
             assert isinstance(event.payload, UpsertPayload)
-            report.upserts += 1
+            self.report.upserts += 1
             row = DocRecord(doc.tenant, doc.doc_id, event.version, event.payload.content_hash, acl, doc.fingerprint)
-            emit(event, row)
-            continue
-        # The same bytes under a new fingerprint (a touch, or an edit undone): the content is known,
-        # so its ACL may now widen to what the listing says.
+            self.emitter.emit(event, row)
+            return
         assert live is not None
         if live.acl != acl:
-            acl_event(replace(live, fingerprint=doc.fingerprint), acl)
+            self.acl_event(replace(live, fingerprint=doc.fingerprint), acl)
         else:
-            state.put(source, replace(live, fingerprint=doc.fingerprint))
-            if (doc.tenant, doc.doc_id) not in acl_changed:
-                report.unchanged += 1
-    flush()
-    report.errors = [*connector.errors, *own_errors]
-    report.skipped = [*connector.skipped, *report.skipped]
-    return report
+            self.state.put(self.source, replace(live, fingerprint=doc.fingerprint))
+            if (doc.tenant, doc.doc_id) not in self.acl_changed:
+                self.report.unchanged += 1
+
+    def finish(self) -> ScanReport:
+        self.report.errors = [*self.connector.errors, *self.own_errors]
+        self.report.skipped = [*self.connector.skipped, *self.report.skipped]
+        return self.report
 
 
 class _FetchFailed(Exception):
@@ -337,10 +435,6 @@ async def _content_event(
         report.skipped.append(Skipped(doc.doc_id, "too large", detail))
         raise _ContentError(f"too large to index: {detail}")
     return event
-
-
-async def _no_fetch() -> bytes:
-    raise RuntimeError("a locked document is never read")
 
 
 def upsert_payload(

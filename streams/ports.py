@@ -81,11 +81,11 @@ class EventLog(Protocol):
         dead_letters: bool = True,
         published_by_ms: int | None = None,
     ) -> int:
-        """After a deletion was applied: remove the content of the document's upserts up to the version
-        (and its dead letters) from the log; with `published_by_ms` (an erasure), also every record of
-        the document published by then, whatever its version. SQLite rewrites the records at once; Kafka
-        appends an erase marker that the documents consumer turns into tombstones (streams.erasure),
-        which drop every earlier record of the key."""
+        """After a deletion was applied, take the document's content out of the log, so no copy outlives it:
+        its upserts with version <= `up_to_version` (all when None), with `dead_letters` its dead letters,
+        and with `published_by_ms` (an erasure) every record of it published by then, whatever its version.
+        Returns how many records are erased by the time it returns (an adapter that erases later, as Kafka's
+        compaction does, returns 0; each adapter's docstring says how it erases)."""
 
     def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
         """After an upsert was applied: remove the content of the document's older upserts."""

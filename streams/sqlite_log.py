@@ -255,9 +255,7 @@ class SqliteEventLog:
         dead_letters: bool = True,
         published_by_ms: int | None = None,
     ) -> int:
-        """Empty the values of the document's upserts with version <= up_to_version (all when None),
-        and of those published at or before `published_by_ms` whatever their version, and, with
-        `dead_letters`, of its dead letters; returns how many records were erased.
+        """Empties the matching records' values at once, in one transaction (the port says which records).
 
         Records from before the version column are matched by parsing their value once; records from
         before the publish-time column count as published before any erasure.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
+from dataclasses import dataclass
+from pathlib import Path
 
 _DOCX_TYPES = (
     '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
@@ -104,3 +106,40 @@ def one_line_csv(size: int = 9 * 1024 * 1024) -> bytes:
 def one_line_text(size: int = 9 * 1024 * 1024) -> bytes:
     """One line of `size` bytes without a sentence end or a space: words and sentences cannot cut it."""
     return b"x" * size
+
+
+@dataclass(frozen=True)
+class RestrictedFolder:
+    """The drive a hostile file shares with a revocation: the tenant's root readable by staff, one folder
+    granted by the root's manifest ([folders]) to its readers and to the one group that keeps it, its own
+    manifest reading `readers`, one document in it, and an ordinary document beside it. `narrow` is the
+    revocation: the folder's manifest keeps only `kept_by`."""
+
+    folder: str  # under acme/
+    readers: tuple[str, ...]
+    kept_by: str
+    document: str  # file name in the folder
+    text: str
+
+    def write(self, root: Path) -> Path:
+        granted = ", ".join(f'"{entry}"' for entry in (*self.readers, self.kept_by))
+        readers = ", ".join(f'"{entry}"' for entry in self.readers)
+        files = {
+            "acme/.ragsync-acl.toml": (
+                f'tenant = "acme"\nread = ["group:staff"]\n\n[folders."{self.folder}"]\nread = [{granted}]\n'
+            ),
+            f"acme/{self.folder}/.ragsync-acl.toml": f"read = [{readers}]\n",
+            f"acme/{self.folder}/{self.document}": self.text,
+            "acme/refunds.md": "# Refunds\n\nRefunds are paid within 14 days.\n",
+        }
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return root
+
+    def narrow(self, root: Path) -> None:
+        (root / f"acme/{self.folder}/.ragsync-acl.toml").write_text(f'read = ["{self.kept_by}"]\n')
+
+    @property
+    def path(self) -> str:
+        return f"acme/{self.folder}/{self.document}"

@@ -24,13 +24,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from conftest import MODEL_PATH, free_port
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHER = REPO / "compose/local/services"
@@ -113,7 +114,7 @@ class PrivateServices:
         """SIGKILL a service started by the launcher (its pid file), and wait until it is gone."""
         pid = int((self.home / "run" / name / f"{name}.pid").read_text())
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not pid_alive(pid), 15, f"{name} to die")
+        wait_until(lambda: not pid_alive(pid), 15, f"{name} to die", every_s=0.2)
 
     def close(self) -> None:
         try:
@@ -576,32 +577,19 @@ def wait_clean(components: Any, since: float, timeout_s: float) -> tuple[float, 
     """Poll `ragsync verify` in this process until it reports no drift and nothing pending; seconds after `since`."""
     from ragsync.verify import verify
 
-    deadline = time.time() + timeout_s
-    report = None
-    while time.time() < deadline:
+    last: list[object] = []
+
+    def clean() -> Any:
         try:
             report = verify(components)
         except Exception as exc:  # a store still coming back: try again
-            report = exc
-        else:
-            if report.ok:
-                return time.time() - since, report
-        time.sleep(1.0)
-    raise AssertionError(f"verify not clean {timeout_s:.0f}s after the fault: {report!r}")
+            last[:] = [exc]
+            return None
+        last[:] = [report]
+        return report if report.ok else None
 
-
-def wait_until(check: Any, timeout_s: float, what: str, procs: Iterable[subprocess.Popen[bytes]] = ()) -> float:
-    started = time.time()
-    while time.time() - started < timeout_s:
-        for proc in procs:
-            assert proc.poll() is None, f"a worker exited ({proc.returncode}) while waiting for {what}"
-        try:
-            if check():
-                return time.time() - started
-        except Exception:  # a store down or starting: the condition is not met yet
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    report = wait_until(clean, timeout_s, "verify to be clean after the fault", every_s=1.0, explain=lambda: repr(last))
+    return time.time() - since, report
 
 
 def ingested(components: Any, doc_ids: Sequence[str]) -> int:

@@ -130,18 +130,6 @@ class Serve:
         self.stop()
 
 
-def until(predicate: Any, timeout_s: float = 30.0, what: str = "condition") -> Any:
-    """Poll until predicate() is truthy; its value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s}s")
-        time.sleep(0.1)
-
-
 def cites(answer: dict[str, Any], path: str) -> bool:
     """Whether a claim quotes the document at `path` (doc IDs are <source>:<path>)."""
     return any(c["passage_id"].split("@", 1)[0].split(":", 1)[-1] == path for c in answer["claims"])

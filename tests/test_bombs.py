@@ -15,7 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from bomb_files import deep_rst_list, docx_bomb, nested_html, one_line_csv, one_line_text, pdf_operators_bomb
+from bomb_files import (
+    RestrictedFolder,
+    deep_rst_list,
+    docx_bomb,
+    nested_html,
+    one_line_csv,
+    one_line_text,
+    pdf_operators_bomb,
+)
 from conftest import MODEL_PATH
 
 from connectors.drive import DriveConnector
@@ -50,25 +58,15 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _drive(root: Path) -> Path:
-    files = {
-        "acme/.ragsync-acl.toml": (
-            'tenant = "acme"\nread = ["group:staff"]\n\n[folders."hr"]\nread = ["group:hr", "group:hr-leads"]\n'
-        ),
-        "acme/hr/.ragsync-acl.toml": 'read = ["group:hr"]\n',
-        "acme/hr/salaries.md": "# Salaries\n\nThe senior band is 90,000 EUR.\n",
-        "acme/refunds.md": "# Refunds\n\nRefunds are paid within 14 days.\n",
-    }
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+HR = RestrictedFolder(
+    "hr", ("group:hr",), "group:hr-leads", "salaries.md", "# Salaries\n\nThe senior band is 90,000 EUR.\n"
+)
 
 
 async def test_each_bomb_is_its_own_error_and_the_revocation_of_its_scan_goes_first(
     tmp_path: Path, bombs: dict[str, bytes]
 ) -> None:
-    drive = _drive(tmp_path / "drive")
+    drive = HR.write(tmp_path / "drive")
     state = ConnectorState(tmp_path / "connectors.db")
     events: list[tuple[float, object]] = []
     with Extractor(BUDGET) as extractor:
@@ -81,7 +79,7 @@ async def test_each_bomb_is_its_own_error_and_the_revocation_of_its_scan_goes_fi
         for rel, data in bombs.items():
             (drive / rel).parent.mkdir(parents=True, exist_ok=True)
             (drive / rel).write_bytes(data)
-        (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')  # a revocation
+        HR.narrow(drive)  # a revocation
         peak_before = _peak_rss()
         started = time.monotonic()
         report = await scan(
@@ -104,7 +102,7 @@ async def test_each_bomb_is_its_own_error_and_the_revocation_of_its_scan_goes_fi
     assert not report.deletes_skipped, "a bomb is a content error, not a failed listing"
 
     [(acl_at, acl)] = [(t, e) for t, e in events if getattr(e, "kind", None) is EventKind.ACL]
-    assert doc_path(acl.doc_id) == "acme/hr/salaries.md" and acl.payload == AclPayload(acl=("group:hr-leads",))
+    assert doc_path(acl.doc_id) == HR.path and acl.payload == AclPayload(acl=(HR.kept_by,))
     assert acl_at - started < 2.0, "published before any bomb was read"
     assert elapsed < 3 * BUDGET.timeout_s + 60, "each bomb costs its budget, not minutes"
     assert _peak_rss() - peak_before < 200 * MIB, "the bombs' memory was the child's, never the scanner's"
@@ -180,7 +178,7 @@ def test_extractor_keeps_its_child_and_starts_another_after_an_overrun() -> None
 def test_unchunkable_document_is_dead_lettered_and_the_rest_of_the_sync_applies(tmp_path: Path) -> None:
     """The scanner does not chunk: a CSV whose passages would amplify passes it, and the worker
     dead-letters it with the reason instead of retrying it forever; the revocation beside it applies."""
-    drive = _drive(tmp_path / "drive")
+    drive = HR.write(tmp_path / "drive")
     settings = Settings(
         home=tmp_path / "home", embed_model_path=MODEL_PATH, session_secret="b" * 32, extract_timeout_s=20.0
     )
@@ -190,7 +188,7 @@ def test_unchunkable_document_is_dead_lettered_and_the_rest_of_the_sync_applies(
         (drive / "acme/amplifies.csv").write_text(
             ",".join(f"column{i:04d}" for i in range(110)) + "\n" + "v\n" * 400_000
         )
-        (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
+        HR.narrow(drive)
         second = sync_source(components, DriveConnector(drive, tenants=["acme"]))
         assert second.scan.errors == [] and (second.scan.upserts, second.scan.acl_changes) == (1, 1)
         assert second.stats is not None and second.stats.dead_lettered == 1 and second.stats.applied == 1

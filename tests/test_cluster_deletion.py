@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster_end_to_end import REPO, cli, eventually, start_ragsync, stop
+from test_cluster_end_to_end import REPO, cli, start_ragsync, stop
 from test_cluster_end_to_end import cluster_env as cluster_env  # the fixture
 from test_deletion_physical import KEEP_WORDS, V1_WORDS, found_in, v1
+from waiting import wait_until
 
 from streams.faust_app import MAINTENANCE_INTERVAL_S
 from streams.kafka_admin import ERASE_BOUND_S
@@ -122,7 +122,7 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
             ids = [i for s in traced["trace"]["searches"] for i in (*s["lexical_ids"], *s["dense_ids"])]
             return any(i.startswith(f"drive:{DOC}@") for i in ids)
 
-        eventually(answered, 120, "the worker to index the drive")
+        wait_until(answered, 120, "the worker to index the drive", every_s=0.5)
         from streams.kafka_log import KafkaEventLog
 
         events = KafkaEventLog("127.0.0.1:9092", topic_prefix=cluster_env["RAGSYNC_KAFKA_TOPIC_PREFIX"])
@@ -131,24 +131,32 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
             events.flush()
         finally:
             events.close()
-        eventually(lambda: bool(topic_words(cluster_env, V1_WORDS).get(V1_WORDS[0], 0) >= 2), 60, "the dead letter")
+        wait_until(
+            lambda: bool(topic_words(cluster_env, V1_WORDS).get(V1_WORDS[0], 0) >= 2),
+            60,
+            "the dead letter",
+            every_s=0.5,
+        )
         assert words_in(broker_files(cluster_env), V1_WORDS), "the broker's files hold the words before"
 
         (drive / DOC).unlink()
         assert json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme", "--json"))["deletes"] == 1
         deleted_at = time.monotonic()
-        eventually(lambda: not answered(), 60, "the deletion to take effect")
+        wait_until(lambda: not answered(), 60, "the deletion to take effect", every_s=0.5)
 
         def certified() -> dict[str, Any] | None:
             result = CliRunnerResult(cluster_env, "audit", "deletion", DOC, "--json")
             return result if result is not None and result.get("complete") else None
 
         worker_log = tmp_path / "worker.log"
-        cert = wait_for(
+        cert = wait_until(
             certified,
             240,
             "a complete certificate",
-            lambda: worker_log.read_text() + str(CliRunnerResult(cluster_env, "audit", "deletion", DOC, "--json")),
+            every_s=2.0,
+            explain=lambda: (
+                worker_log.read_text() + str(CliRunnerResult(cluster_env, "audit", "deletion", DOC, "--json"))
+            ),
         )
         copies = {c["copy"]: c for c in cert["copies"]}
         assert {"elasticsearch", "qdrant", "event log", "dead-letter topic", "deny set", "embedding-cache"} <= set(
@@ -166,11 +174,12 @@ def test_cluster_deletion_leaves_no_text_in_kafka_stores_or_redis(tmp_path: Path
 
         assert topic_words(cluster_env, V1_WORDS) == {}, "no record of the topics carries a word of the document"
         files = broker_files(cluster_env)
-        wait_for(
+        wait_until(
             lambda: words_in(broker_files(cluster_env), V1_WORDS) == {} or None,
             ERASE_BOUND_S + 60,
             "the broker's segment files to lose the words",
-            lambda: str(words_in(broker_files(cluster_env), V1_WORDS)),
+            every_s=2.0,
+            explain=lambda: str(words_in(broker_files(cluster_env), V1_WORDS)),
         )
         gone_after = time.monotonic() - deleted_at
         assert files, "the broker's log.dirs were scanned"
@@ -201,13 +210,3 @@ def CliRunnerResult(env: dict[str, str], *args: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return parsed
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, explain: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(2.0)
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}\n{explain()[-4000:]}")

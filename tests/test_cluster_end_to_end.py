@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import MODEL_PATH, QDRANT_URL, free_port, require_service
+from waiting import wait_until
 
 from ragsync.cli import main
 from ragsync.demo import build_drive
@@ -111,15 +111,6 @@ def lexical_ids(answer: dict[str, Any]) -> list[str]:
     return [pid for search in answer["trace"]["searches"] for pid in search["lexical_ids"]]
 
 
-def eventually(check: Any, timeout_s: float = 90, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def start_ragsync(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """`python -m ragsync.cli ARGS` of this checkout, its output in `log` (the child keeps the file open)."""
     with log.open("wb") as out:
@@ -153,8 +144,10 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
         ann = cli(cluster_env, "token", "issue", "--tenant", "acme", "--user", "ann", "--groups", "staff").strip()
         gil = cli(cluster_env, "token", "issue", "--tenant", "globex", "--user", "gil", "--groups", "staff").strip()
         question = "What is the salary band for a senior engineer?"
-        eventually(lambda: ask(cluster_env, hal, question)["answered"], what="the worker to index the drive")
-        eventually(lambda: points(cluster_env, "globex") > 0, 60, "the worker to index globex")
+        wait_until(
+            lambda: ask(cluster_env, hal, question)["answered"], 90, "the worker to index the drive", every_s=0.5
+        )
+        wait_until(lambda: points(cluster_env, "globex") > 0, 60, "the worker to index globex", every_s=0.5)
         answer = ask(cluster_env, hal, question)
         assert "90,000" in answer["answer"] and answer["claims"][0]["passage_id"].startswith(
             "drive:acme/hr/salaries.md@1#"
@@ -178,7 +171,7 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
 
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
         assert json.loads(cli(cluster_env, "sync", str(drive), "--tenant", "acme,globex", "--json"))["acl_changes"] == 1
-        eventually(lambda: not ask(cluster_env, hal, question)["answered"], 60, "the revocation")
+        wait_until(lambda: not ask(cluster_env, hal, question)["answered"], 60, "the revocation", every_s=0.5)
         revoked = ask(cluster_env, hal, question)
         assert not any(p.startswith("drive:acme/hr/") for p in dense_ids(revoked) + lexical_ids(revoked))
         assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == held, "an ACL change keeps the points"
@@ -190,7 +183,7 @@ def test_cluster_profile_sync_worker_ask_revoke_delete(tmp_path: Path, cluster_e
             rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
             return [r["doc_id"] for r in rows] == ["drive:acme/hr/salaries.md"]
 
-        eventually(audited, 60, "the deletion audit record")
+        wait_until(audited, 60, "the deletion audit record", every_s=0.5)
         rows = json.loads(cli(cluster_env, "audit", "deletions", "--json"))
         assert {"elasticsearch", "qdrant"} <= set(rows[0]["removed_at"]), rows[0]
         assert points(cluster_env, "acme", "drive:acme/hr/salaries.md") == 0, "the server still holds deleted points"
@@ -240,9 +233,9 @@ def test_cluster_serve_syncs_declared_sources_on_their_schedule(tmp_path: Path, 
         return response.status_code == 200 and bool(response.json()["answered"])
 
     try:
-        eventually(answered, 150, "serve to publish the declared source and the worker to apply it")
+        wait_until(answered, 150, "serve to publish the declared source and the worker to apply it", every_s=0.5)
         assert "publishing handbook to Kafka" in (tmp_path / "serve.log").read_text()
         (drive / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
-        eventually(lambda: not answered(), 60, "the scheduled pass to publish the revocation")
+        wait_until(lambda: not answered(), 60, "the scheduled pass to publish the revocation", every_s=0.5)
     finally:
         stop(serve, worker)

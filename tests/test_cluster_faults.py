@@ -41,13 +41,16 @@ from faults import (
     judge,
     store_drift,
     wait_clean,
-    wait_until,
 )
+from waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 BASE_DOCS = 12
 BACKLOG_DOCS = 40
 RESULTS = REPO / "bench/results/faults-cluster.json"
+CATCH_UP_BOUND_S = 120.0
+"""From the fault's end to `ragsync verify` clean, the backlog's rest ingested: recorded 10-42 s under load
+15-25 on the 2 shared cores (bench/README.md), so about three times the worst of them."""
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,13 @@ def run_scenario(services: PrivateServices, root: Path, name: str, fault: Fault,
         assert d.sync()["exit"] == 0, d.syncs[-1]
         watch = d.components()
         base = list(d.expected(watch.settings.chunk_max_chars))
-        wait_until(lambda: ingested(watch, base) == len(base), 240, "the base documents", d.workers)
+        wait_until(
+            lambda: ingested(watch, base) == len(base),
+            240,
+            "the base documents",
+            alive=d.workers,
+            tolerate=(Exception,),
+        )
         prober = Prober(d)
         prober.start()
         targets = [*d.targets.revoked, *d.targets.deleted]
@@ -85,11 +94,14 @@ def run_scenario(services: PrivateServices, root: Path, name: str, fault: Fault,
             lambda: all(any(p.returned and p.user == "ann" and p.doc_id == t for p in prober.probes) for t in targets),
             60,
             "ann to see every target before the fault",
+            tolerate=(Exception,),
         )
         d.write_backlog(BACKLOG_DOCS)
         assert d.sync()["exit"] == 0, d.syncs[-1]
         bulk = [doc for doc in d.expected(watch.settings.chunk_max_chars) if "/bulk/" in doc]
-        wait_until(lambda: ingested(watch, bulk) >= 3, 120, "the ingest to start", d.workers)
+        wait_until(
+            lambda: ingested(watch, bulk) >= 3, 120, "the ingest to start", alive=d.workers, tolerate=(Exception,)
+        )
         indexed_at_fault = ingested(watch, bulk)
         watch.close()
 
@@ -133,6 +145,7 @@ def run_scenario(services: PrivateServices, root: Path, name: str, fault: Fault,
         }
         print(f"\n{name}: {json.dumps(result)}")
         assert prober.failure is None
+        assert catch_up_s <= CATCH_UP_BOUND_S, f"caught up {catch_up_s:.0f}s after the fault"
         assert verdict.leaks == [], verdict.leaks[:20]
         assert set(verdict.seen_before) == set(targets), "the prober saw each target before it was revoked/deleted"
         assert verdict.kept_for_hal_after > 0, "hal still reads the vault after recovery"
@@ -213,9 +226,10 @@ def test_sigkill_a_faust_worker_mid_batch(services: PrivateServices, tmp_path: P
 
 @pytest.mark.timeout(600)
 def test_restart_the_kafka_broker_during_ingest(services: PrivateServices, tmp_path: Path) -> None:
-    """The broker stops (SIGTERM, as a restart does) and comes back on its data 10 s later, while the workers
-    ingest and a sync publishing the revocation and deletions runs. That sync either rides the restart out
-    or fails with an error and is run again once the broker is back (what a schedule does)."""
+    """The broker stops (SIGTERM, as a restart does) and comes back on its data, while the workers ingest.
+    A sync publishing the revocation and deletions runs while the broker is down: it must fail in one
+    line and publish nothing (the broker stays down until it has returned, so the outcome never depends
+    on which comes first); it is run again once the broker is back (what a schedule does)."""
 
     def fault(d: Deployment) -> dict[str, Any]:
         t0 = time.time()
@@ -223,14 +237,14 @@ def test_restart_the_kafka_broker_during_ingest(services: PrivateServices, tmp_p
         during: dict[str, Any] = {}
         sync = threading.Thread(target=lambda: during.update(revoke_and_publish(d)), daemon=True)
         sync.start()
-        time.sleep(max(0.0, t0 + 10 - time.time()))
-        restart_s = services.up("kafka", keep=True)
-        t1 = time.time()
         sync.join(300)
         assert during, "the sync run during the outage never returned"
-        if during["exit"] != 0:  # refused in one line, nothing published (the re-run publishes it all)
-            assert "Traceback" not in during["stderr"] and "unreachable" in during["stderr"], during["stderr"]
-        outcome = during if during["exit"] == 0 else d.sync()
+        assert during["exit"] == 1, during
+        assert "Traceback" not in during["stderr"] and "unreachable" in during["stderr"], during["stderr"]
+        time.sleep(max(0.0, t0 + 10 - time.time()))  # down for 10 s at least
+        restart_s = services.up("kafka", keep=True)
+        t1 = time.time()
+        outcome = d.sync()  # refused in one line, nothing published: the re-run publishes it all
         assert outcome["exit"] == 0, outcome
         return {
             "fault_started": t0,

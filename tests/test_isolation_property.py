@@ -14,7 +14,12 @@ it denies only what is certainly denied (another tenant, a broken or non-matchin
 path, no entry of the principal in any read list on the path, a file outside the root); the system
 may deny more (fail closed), never less.
 
-CI: a fixed seed, 4 worlds x 300 asks (>= 1,000 cases). The long run (>= 10,000):
+Every world of a run is synced into one deployment (one home, one API), each under its own two
+tenants, so an example costs a sync of a few documents and a few asks rather than a deployment, and
+every ask also meets the canaries of all the worlds before it (other tenants: certainly denied).
+
+CI: a rotating seed (the UTC date; `ISOLATION_SEED=<n>` replays a run, the seed is printed with the
+figures and in a failure's report), WORLDS worlds x ASKS_PER_WORLD asks. The long run:
 `HYPOTHESIS_PROFILE=long python3 -m pytest -p no:cacheprovider -o timeout=0 tests/test_isolation_property.py -s`.
 """
 
@@ -25,13 +30,15 @@ import logging
 import os
 import secrets as pysecrets
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import MODEL_PATH
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
@@ -42,12 +49,14 @@ from ragsync.settings import Settings
 from ragsync.wiring import Components, build
 from schemas.principal import Principal
 
-settings.register_profile(
-    "ci", max_examples=4, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)
-)
-settings.register_profile("long", max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
-ASKS_PER_WORLD = int(os.environ.get("ISOLATION_ASKS", "300"))
+WORLDS = {"ci": 200}.get(PROFILE, 400)
+ASKS_PER_WORLD = int(os.environ.get("ISOLATION_ASKS", "4" if PROFILE == "ci" else "30"))
+SEED = int(os.environ.get("ISOLATION_SEED") or datetime.now(UTC).strftime("%Y%m%d"))
+"""Rotating: another set of worlds every day, the same all day (and with ISOLATION_SEED, any day)."""
+settings.register_profile(
+    PROFILE, max_examples=WORLDS, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 TENANTS = ("acme", "globex")
 GROUPS = ("staff", "hr", "board")
@@ -70,6 +79,31 @@ class World:
     docs: list[Doc]
     outside: list[Doc]  # targets of symlinks that lie outside the root
     links: dict[str, str]  # link path -> target (absolute marker "OUT:<i>" or a relative path)
+    tenants: tuple[str, ...] = TENANTS
+
+
+def relabel(world: World, n: int) -> World:
+    """The same world under tenants of its own (`acme7`, `globex7`), beside the other worlds of the run."""
+    names = {t: f"{t}{n}" for t in TENANTS}
+
+    def path(rel: str) -> str:
+        head, _, rest = rel.partition("/")
+        return f"{names[head]}/{rest}" if head in names else rel
+
+    def text(manifest: str) -> str:
+        for old, new in names.items():
+            manifest = manifest.replace(f'tenant = "{old}"', f'tenant = "{new}"')
+        return manifest
+
+    docs = [Doc(path(d.path), d.canary, names[d.tenant], d.denied_to_all, set(d.readers)) for d in world.docs]
+    outside = [Doc(d.path, d.canary, names[d.tenant], d.denied_to_all, set(d.readers)) for d in world.outside]
+    return World(
+        {path(rel): text(body) for rel, body in world.manifests.items()},
+        docs,
+        outside,
+        {path(link): target for link, target in world.links.items()},
+        tuple(names[t] for t in TENANTS),
+    )
 
 
 def canary() -> str:
@@ -163,7 +197,7 @@ class RecordingModel:
 
 @st.composite
 def asks(draw: st.DrawFn, world: World) -> tuple[Principal, str]:
-    tenant = draw(st.sampled_from(TENANTS))
+    tenant = draw(st.sampled_from(world.tenants))
     groups = tuple(draw(st.lists(st.sampled_from(GROUPS), max_size=3, unique=True)))
     principal = Principal(tenant=tenant, user=draw(st.sampled_from(["ann", "bob"])), groups=groups)
     target = draw(st.sampled_from(world.docs + world.outside))
@@ -175,7 +209,7 @@ def asks(draw: st.DrawFn, world: World) -> tuple[Principal, str]:
                 f'"{target.canary}" OR *',
                 f"tenant:{target.tenant} {target.canary}",
                 f"{target.canary}* AND NOT x",
-                f"secret code {target.canary} {' '.join(TENANTS)}",
+                f"secret code {target.canary} {' '.join(world.tenants)}",
                 "What is the code word for this note?",
             ]
         )
@@ -183,69 +217,90 @@ def asks(draw: st.DrawFn, world: World) -> tuple[Principal, str]:
     return principal, question
 
 
+@dataclass
+class Deployment:
+    """One home and one API for every world of the run."""
+
+    tmp: Path
+    components: Components
+    client: TestClient
+    secret: str
+    seen: list[str]
+    everything: list[Doc] = field(default_factory=list)  # every canary synced so far, all worlds
+
+
 @pytest.fixture(scope="module")
-def model_path() -> Path:
+def deployment() -> Iterator[Deployment]:
     if not (MODEL_PATH / "model.onnx").is_file():
         pytest.skip(f"no embedding model at {MODEL_PATH}")
-    return MODEL_PATH
-
-
-@settings(settings.get_profile(PROFILE))
-@given(world=worlds(), data=st.data())
-def test_no_canary_reaches_a_principal_the_manifests_deny(
-    model_path: Path, world: World, data: st.DataObject, caplog: pytest.LogCaptureFixture
-) -> None:
-    COUNTS["worlds"] += 1
-    COUNTS["documents"] += len(world.docs) + len(world.outside)
-    everything = world.docs + world.outside
     with tempfile.TemporaryDirectory() as tmp:
-        root, outside_dir = Path(tmp) / "drive", Path(tmp) / "elsewhere"
-        root.mkdir()
-        outside_dir.mkdir()
-        build_world(root, world, outside_dir)
         secret = "isolation-" + "s" * 32
-        settings_ = Settings(home=Path(tmp) / "home", embed_model_path=model_path, session_secret=secret)
-        components = build(settings_)
+        components = build(Settings(home=Path(tmp) / "home", embed_model_path=MODEL_PATH, session_secret=secret))
         seen: list[str] = []
-        typed: list[str] = []
         real_model = Components.model
         components.model = lambda: RecordingModel(real_model(components), seen)  # type: ignore[method-assign]
         try:
-            caplog.clear()
-            with caplog.at_level(logging.DEBUG):
-                sync_folder(components, root, tenants=TENANTS)
-                client = TestClient(server_app(components))
-                for _ in range(ASKS_PER_WORLD):
-                    principal, question = data.draw(asks(world))
-                    typed.append(question)
-                    headers = {"Authorization": f"Bearer {issue_token(secret, principal)}"}
-                    seen.clear()
-                    for _attempt in range(2):  # the second answer may come from the cache
-                        response = client.post("/v1/ask", json={"question": question}, headers=headers)
-                        assert response.status_code == 200, response.text
-                        shown = response.text + "".join(seen)
-                        COUNTS["asks"] += 1
-                        for doc in everything:
-                            if doc.canary in question or not denied(doc, principal):
-                                continue  # a canary the asker typed, or one the oracle does not deny
-                            COUNTS["denied_checks"] += 1
-                            if doc.canary in shown:
-                                COUNTS["leaks"] += 1
-                            assert doc.canary not in shown, (doc, principal, question)
-                        # What the asker typed may echo; anything else it is denied must not.
-                        for doc in everything:
-                            if denied(doc, principal) and doc.canary not in question:
-                                assert doc.canary not in "".join(seen), (doc, principal, question)
-            logged = "\n".join(r.getMessage() for r in caplog.records)
-            asked = "\n".join(typed)
-            for doc in everything:  # a debug trace may echo what an asker typed, never a document's text
-                if doc.canary not in asked:
-                    assert doc.canary not in logged, f"a canary in a log line: {doc}"
+            with TestClient(server_app(components)) as client:
+                yield Deployment(Path(tmp), components, client, secret, seen)
         finally:
             components.close()
 
 
+@seed(SEED)
+@settings(settings.get_profile(PROFILE))
+@given(drawn=worlds(), data=st.data())
+def test_no_canary_reaches_a_principal_the_manifests_deny(
+    deployment: Deployment, drawn: World, data: st.DataObject, caplog: pytest.LogCaptureFixture
+) -> None:
+    note(f"isolation seed {SEED}: ISOLATION_SEED={SEED} replays this run")
+    d = deployment
+    n = COUNTS["worlds"] = COUNTS["worlds"] + 1
+    world = relabel(drawn, n)
+    COUNTS["documents"] += len(world.docs) + len(world.outside)
+    d.everything.extend(world.docs + world.outside)
+    root, outside_dir = d.tmp / f"drive{n}", d.tmp / f"elsewhere{n}"
+    root.mkdir()
+    outside_dir.mkdir()
+    build_world(root, world, outside_dir)
+    typed: list[str] = []
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        sync_folder(d.components, root, tenants=world.tenants)
+        for _ in range(ASKS_PER_WORLD):
+            principal, question = data.draw(asks(world))
+            typed.append(question)
+            headers = {"Authorization": f"Bearer {issue_token(d.secret, principal)}"}
+            d.seen.clear()
+            for _attempt in range(2):  # the second answer may come from the cache
+                response = d.client.post("/v1/ask", json={"question": question}, headers=headers)
+                assert response.status_code == 200, response.text
+                shown = response.text + "".join(d.seen)
+                COUNTS["asks"] += 1
+                for doc in d.everything:
+                    if doc.canary in question or not denied(doc, principal):
+                        continue  # a canary the asker typed, or one the oracle does not deny
+                    COUNTS["denied_checks"] += 1
+                    if doc.canary in shown:
+                        COUNTS["leaks"] += 1
+                    assert doc.canary not in shown, (doc, principal, question)
+                # What the asker typed may echo; anything else it is denied must not.
+                for doc in d.everything:
+                    if denied(doc, principal) and doc.canary not in question:
+                        assert doc.canary not in "".join(d.seen), (doc, principal, question)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    asked = "\n".join(typed)
+    # A debug trace may echo what an asker typed, and the passage IDs (heading slugs) of what a reader
+    # was given; never a canary that no asker of this world may read (other worlds' tenants included).
+    for doc in d.everything:
+        nobody = doc.denied_to_all or doc.tenant not in world.tenants or not doc.readers
+        if nobody and doc.canary not in asked:
+            lines = [line for line in logged.splitlines() if doc.canary in line]
+            assert not lines, f"a canary in a log line: {doc}: {lines[:3]}"
+
+
 def test_report_counts() -> None:
     """Printed with -s: cases tried (asks), denied canaries checked, leaks found."""
-    print(f"isolation property: {COUNTS}")
+    print(f"isolation property (seed {SEED}): {COUNTS}")
     assert COUNTS["leaks"] == 0
+    if COUNTS["worlds"]:
+        assert COUNTS["denied_checks"] > COUNTS["asks"], "most asks meet canaries they may not see"

@@ -17,8 +17,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import require_service, service_up, unique
+from waiting import wait_until
 
 from schemas.events import AclPayload, Event, EventKind, UpsertPayload, make_event_id
 from streams.ports import TOPIC_ACL, TOPIC_DLQ, TOPIC_DOCUMENTS
@@ -36,6 +38,9 @@ slow = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BOOTSTRAP = "127.0.0.1:9092"
 RESULTS = REPO / "bench" / "results" / "revocation_behind_backlog.json"
+REVOCATION_BOUND_S = 10.0
+"""The goal is `revocation_bound_s` (2 s, measured 0.11 s on both profiles); five times it on 2 shared
+cores, so only a revocation that queued behind the backlog fails the test, never the machine's load."""
 
 
 def record_result(profile: str, result: dict[str, object]) -> None:
@@ -135,15 +140,6 @@ def spread_docs(tenant: str, per_partition: int, partitions: int = 3, stem: str 
             slot.append(doc)
         i += 1
     return [doc for docs in by_partition.values() for doc in docs]
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, on_fail: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}\n{on_fail()}")
 
 
 @dataclass
@@ -264,7 +260,9 @@ class Deployment:
         return holding
 
     def wait_for_members(self, n: int, timeout_s: float = 90) -> None:
-        wait_until(lambda: len(self.group_members()) == n, timeout_s, f"{n} workers in group {self.app_id}", self.logs)
+        wait_until(
+            lambda: len(self.group_members()) == n, timeout_s, f"{n} workers in group {self.app_id}", explain=self.logs
+        )
 
     def applied_version(self, doc: str) -> int:
         state = self.stores.docs.get(self.tenant, doc)
@@ -344,7 +342,7 @@ def test_events_are_applied_in_version_order_across_partitions_and_two_workers(d
         lambda: all(d.applied_version(doc) == versions for doc in docs),
         d.workload.apply_timeout_s,
         f"every document at version {versions}",
-        d.logs,
+        explain=d.logs,
     )
     # Every version of every document was applied (none skipped as stale, which an out-of-order
     # delivery would cause), and each version's passages are there exactly once.
@@ -386,7 +384,7 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_duplicates_nothing(dep
         return committed > 0 and sum(d.applied_version(doc) == 1 for doc in expected) > committed
 
     # Kill once some offsets are committed and more events are applied but not yet committed.
-    wait_until(applied_beyond_commit, 90, "events applied past the committed offsets", d.logs)
+    wait_until(applied_beyond_commit, 90, "events applied past the committed offsets", explain=d.logs)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     # Frozen until the next worker starts: what the stores hold, and what Kafka has as committed.
@@ -405,9 +403,9 @@ def test_worker_killed_mid_batch_then_restarted_loses_and_duplicates_nothing(dep
         lambda: d.stores.lexical.count(d.tenant) >= total,
         d.workload.apply_timeout_s,
         "the restarted worker to finish",
-        d.logs,
+        explain=d.logs,
     )
-    wait_until(lambda: d.log.lag(TOPIC_DOCUMENTS, d.app_id) == 0, 30, "the offsets to be committed", d.logs)
+    wait_until(lambda: d.log.lag(TOPIC_DOCUMENTS, d.app_id) == 0, 30, "the offsets to be committed", explain=d.logs)
     d.stop_worker(restarted)
     assert d.stores.lexical.count(d.tenant) == total, "no duplicate passage"
     for doc, want in expected.items():
@@ -462,7 +460,7 @@ def test_invalid_events_go_to_the_dlq_with_their_reason_and_the_rest_is_applied(
         lambda: d.applied_version(doc) == 2,
         d.workload.apply_timeout_s,
         "the valid events behind the invalid ones",
-        d.logs,
+        explain=d.logs,
     )
     assert d.stores.lexical.count(d.tenant, doc) == sum(d.expected_passages(e) for e in good)
 
@@ -499,7 +497,7 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
     secret = "kafka-test:salaries.md"
     d.log.publish(upsert(d.tenant, secret, 1, "# Salaries\n\nThe salary bands for 2026.", acl=("group:staff",)))
     d.log.flush()
-    wait_until(lambda: d.applied_version(secret) == 1, 60, "the document to be indexed", d.logs)
+    wait_until(lambda: d.applied_version(secret) == 1, 60, "the document to be indexed", explain=d.logs)
 
     backlog = d.workload.backlog
     started = time.monotonic()
@@ -507,22 +505,25 @@ def test_revocation_behind_5000_queued_upserts_is_applied_before_the_backlog_dra
         d.log.publish(upsert(d.tenant, f"kafka-test:bulk-{i}.md", 1, f"Small document number {i}."))
     d.log.flush()
     published_backlog_s = time.monotonic() - started
-    time.sleep(2.0)  # the harsher case: the worker has fetched the backlog and its document queue is full
+    # The harsher case: the worker is already working through the backlog (it has fetched it and its
+    # document queue is full) when the revocation is published behind it.
+    wait_until(lambda: d.stores.lexical.count(d.tenant) > 1, 60, "the worker to start on the backlog", explain=d.logs)
 
     revoked_at = time.monotonic()
     d.log.publish(acl_event(d.tenant, secret, 2, ("group:hr",)))
     d.log.flush()
-    wait_until(lambda: d.applied_version(secret) == 2, 60, "the revocation", d.logs)
+    wait_until(lambda: d.applied_version(secret) == 2, 60, "the revocation", explain=d.logs)
     revocation_s = time.monotonic() - revoked_at
     remaining = d.log.lag(TOPIC_DOCUMENTS, d.app_id)
     indexed = d.stores.lexical.count(d.tenant) - 1
     state = d.stores.docs.get(d.tenant, secret)
     assert state is not None and tuple(state.acl) == ("group:hr",)
     assert indexed < backlog, "the revocation was applied before the backlog drained"
+    assert revocation_s <= REVOCATION_BOUND_S, f"revocation applied {revocation_s:.1f}s after its publish"
 
     drained_s: float | None = None
     if d.workload.wait_for_drain:
-        wait_until(lambda: d.stores.lexical.count(d.tenant) == backlog + 1, 150, "the backlog to drain", d.logs)
+        wait_until(lambda: d.stores.lexical.count(d.tenant) == backlog + 1, 150, "the backlog to drain", explain=d.logs)
         drained_s = time.monotonic() - revoked_at
 
     result: dict[str, Any] = {
@@ -575,10 +576,12 @@ class FlakyLexical:
         self.doc_id = doc_id
         self.failures = failures
         self.attempts: list[float] = []
+        self.tried = threading.Event()
 
     def upsert(self, passages: Any) -> None:
         if passages and passages[0].doc_id == self.doc_id:
             self.attempts.append(time.monotonic())
+            self.tried.set()
             if len(self.attempts) <= self.failures:
                 raise ConnectionError("store unavailable")
         self.inner.upsert(passages)
@@ -607,7 +610,8 @@ def test_a_store_error_is_retried_with_backoff_inside_its_agent_while_other_topi
 
     async def scenario() -> None:
         retrying = asyncio.create_task(indexer.apply(record(TOPIC_DOCUMENTS, stuck)))
-        await asyncio.sleep(0.02)
+        # the upsert has failed once and is waiting to retry
+        assert await asyncio.to_thread(lexical.tried.wait, 10), "the upsert was never tried"
         assert await indexer.apply(record(TOPIC_ACL, revocation)) is None
         assert not retrying.done(), "the revocation went through while the upsert was still being retried"
         assert docs.get("acme", "kafka-test:down.md") is None, (
@@ -638,8 +642,6 @@ def test_an_oversized_dead_letter_is_cut_to_fit_a_kafka_record() -> None:
 def test_deny_writes_never_queue_behind_the_appliers_thread_pool() -> None:
     """Under load the appliers (and purges) fill the event loop's default thread pool; a revocation's
     deny entry must still be written at once, or "effective" waits for the backlog it should overtake."""
-    import threading
-
     from streams.faust_app import Indexer
     from streams.ports import Record
 
@@ -655,12 +657,18 @@ def test_deny_writes_never_queue_behind_the_appliers_thread_pool() -> None:
     revocation = acl_event("acme", "kafka-test:vault.md", 2, ("group:hr",))
     record = Record(TOPIC_ACL, 0, 0, revocation.key, revocation.model_dump_json().encode())
     release = threading.Event()
+    running: list[int] = []
+    pool_size = min(32, (os.cpu_count() or 1) + 4)  # the default executor's size (ThreadPoolExecutor)
+
+    def occupy() -> None:
+        running.append(1)
+        release.wait(30)
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         # Every thread of the default pool busy, and more work queued behind them.
-        busy = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]
-        await asyncio.sleep(0.05)
+        busy = [loop.run_in_executor(None, occupy) for _ in range(64)]
+        wait_until(lambda: len(running) >= pool_size, 10, "every thread of the default pool busy")
         try:
             await asyncio.wait_for(indexer.deny(record), timeout=5)
         finally:

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from histories import Op
+from histories import history as emitted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.scan import build_event
 from indexer.cache import InProcessCache
 from indexer.qdrant_edge import EdgeVectorIndex
 from indexer.sink import IndexSink
@@ -56,13 +56,6 @@ GROUPS = ("group:staff", "group:hr", "group:board", "user:ann")
 COUNTS: dict[str, int] = {"examples": 0, "deliveries": 0, "duplicates": 0}
 
 
-@dataclass(frozen=True)
-class Op:
-    kind: str  # upsert | acl | delete
-    acl: tuple[str, ...] = ()
-    words: int = 0
-
-
 acls = st.lists(st.sampled_from(GROUPS), max_size=3, unique=True).map(lambda xs: tuple(sorted(xs)))
 ops = st.one_of(
     st.builds(Op, st.just("upsert"), acls, st.integers(1, 3)),
@@ -71,48 +64,18 @@ ops = st.one_of(
 )
 
 
+def sections(doc: str, version: int, op: Op) -> str:
+    """Each section a canary naming the document, version and section."""
+    parts = "\n\n".join(
+        f"## Part {i}\n\nCanary {doc.removesuffix('.md')}v{version}p{i} says version {version}."
+        for i in range(op.sections)
+    )
+    return f"# {doc}\n\n{parts}\n"
+
+
 def history(doc: str, steps: list[Op]) -> list[Event]:
-    """What a connector emits: the first event is an upsert, nothing but an upsert follows a delete."""
-    events: list[Event] = []
-    live = False
-    for op in steps:
-        if not live and op.kind != "upsert":
-            continue
-        if live and op.kind == "acl" and events and _acl_of(events) == op.acl:
-            continue  # a connector emits an ACL event only for a change
-        version = len(events) + 1
-        at = T0 + timedelta(minutes=version)
-        payload: UpsertPayload | AclPayload | DeletePayload
-        if op.kind == "upsert":
-            sections = "\n\n".join(
-                f"## Part {i}\n\nCanary {doc.removesuffix('.md')}v{version}p{i} says version {version}."
-                for i in range(op.words)
-            )
-            content = f"# {doc}\n\n{sections}\n"
-            payload = UpsertPayload(
-                content=content,
-                content_type="markdown",
-                content_hash=f"{abs(hash(content)):016x}",
-                acl=op.acl,
-                source_url=doc,
-                effective_from=at,
-            )
-            live = True
-        elif op.kind == "acl":
-            payload = AclPayload(acl=op.acl)
-        else:
-            payload = DeletePayload()
-            live = False
-        events.append(build_event("t", "acme", doc, version, payload, at))
-    return events
-
-
-def _acl_of(events: list[Event]) -> tuple[str, ...] | None:
-    for event in reversed(events):
-        if isinstance(event.payload, UpsertPayload | AclPayload):
-            return tuple(event.payload.acl)
-        return None
-    return None
+    """One minute between events, each upsert stating its instant."""
+    return emitted(doc, steps, T0, sections, effective_from=True)
 
 
 @st.composite

@@ -8,13 +8,13 @@ committed: other processes never saw it and state.db's write lock stayed held.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from conftest import NOW
+from state_db import committed_records, writable
 from test_indexing import delete, upsert
 
 from indexer.audit_records import KIND_DELETION, KIND_PURGE
@@ -25,28 +25,6 @@ from ragsync.pipeline import apply_events
 from ragsync.purge import Purger
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build_embedded
-
-
-def writable(db: Path) -> bool:
-    """Whether another connection can take state.db's write lock at once (nobody holds it)."""
-    other = sqlite3.connect(db, timeout=0.2, isolation_level=None)
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        other.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        other.close()
-
-
-def committed_records(db: Path) -> int:
-    """The trail as another process reads it from the file."""
-    other = sqlite3.connect(db)
-    try:
-        return int(other.execute("SELECT COUNT(*) FROM audit_chain").fetchone()[0])
-    finally:
-        other.close()
 
 
 @pytest.fixture

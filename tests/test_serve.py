@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import MODEL_PATH
-from serving import ROOT, Serve, cites, cli, environment, token, until
+from serving import ROOT, Serve, cites, cli, environment, token
+from waiting import wait_until
 
 from connectors.webhook import signed_headers
 from ragsync.demo import REFUNDS_V2, build_drive
@@ -109,7 +110,7 @@ def test_watch_and_webhook_pushes_are_applied_while_serving(tmp_path: Path) -> N
             assert first["upserts"] == 4 and first["applied"] == 4
             assert "30 days" in serve.ask(ann, refund_q)["answer"]
             (drive / "acme/policies/refunds.md").write_text(REFUNDS_V2.replace("2026-09-01", "2026-01-02"))
-            answer = until(lambda: _answer_with(serve, ann, refund_q, "45 days"), 30, "the watched edit")
+            answer = wait_until(lambda: _answer_with(serve, ann, refund_q, "45 days"), 30, "the watched edit")
             assert cites(answer, "acme/policies/refunds.md")
         finally:
             watch.send_signal(signal.SIGTERM)
@@ -130,7 +131,9 @@ def test_watch_and_webhook_pushes_are_applied_while_serving(tmp_path: Path) -> N
         ).encode()
         pushed = serve.http.post("/v1/webhooks/crm", content=body, headers=signed_headers(HOOK, body, int(time.time())))
         assert pushed.status_code == 202, pushed.text
-        vpn = until(lambda: _answer_with(serve, ann, "Which port does the VPN gateway use?", "443"), 20, "the push")
+        vpn = wait_until(
+            lambda: _answer_with(serve, ann, "Which port does the VPN gateway use?", "443"), 20, "the push"
+        )
         assert vpn["claims"][0]["source_url"] == "https://crm.example/kb/17"
 
 
@@ -148,7 +151,7 @@ def test_killing_serve_mid_batch_and_restarting_loses_nothing(tmp_path: Path) ->
         published = json.loads(cli(env, "sync", str(drive), "--tenant", "acme,globex", "--json", "--no-wait").stdout)
         assert published["upserts"] == n and "applied" not in published
         log = SqliteEventLog(tmp_path / "home" / "events.db")
-        committed = until(
+        committed = wait_until(
             lambda: (c := log.committed_offsets(GROUP).get(TOPIC_DOCUMENTS, 0)) >= 8 and c,
             60,
             "the first committed batch",

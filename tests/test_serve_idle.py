@@ -10,14 +10,15 @@ counted those uncommitted records while `ragsync audit verify` counted the file'
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import MODEL_PATH
-from serving import Serve, cli, environment, until
+from serving import Serve, cli, environment
+from state_db import writable
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no embedding model at {MODEL_PATH}")
 
@@ -30,19 +31,6 @@ def write_drive(root: Path) -> None:
     (root / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
     for i in range(6):
         (root / f"acme/note{i}.md").write_text(f"# Note {i}\n\nThe meeting number {i} moved to room {100 + i}.\n")
-
-
-def writable(db: Path) -> bool:
-    """Whether another process's connection can take state.db's write lock within 0.5 s."""
-    other = sqlite3.connect(db, timeout=0.5, isolation_level=None)
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        other.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        other.close()
 
 
 def verified(env: dict[str, str]) -> dict[str, Any]:
@@ -83,7 +71,7 @@ def test_idle_serve_after_deletions_is_quiet_and_erase_beside_it_returns_at_once
 
         # The first purge after the deletions: every copy of each deleted document purged physically.
         for path in ("acme/note0.md", "acme/note3.md"):
-            until(lambda p=path: certified(env, p)["complete"], 60, f"{path} purged")
+            wait_until(lambda p=path: certified(env, p)["complete"], 60, f"{path} purged")
         first = verified(env)
         kinds_before = first["records"]
         assert kinds_before >= 4 + 2, first  # 4 deletions, and at least two stores' purges
@@ -91,7 +79,7 @@ def test_idle_serve_after_deletions_is_quiet_and_erase_beside_it_returns_at_once
         # Idle: no record is added, state.db's write lock is free whenever another process asks.
         deadline = time.monotonic() + IDLE_S
         while time.monotonic() < deadline:
-            assert writable(state_db), "serve holds state.db's write lock while idle"
+            assert writable(state_db, timeout_s=0.5), "serve holds state.db's write lock while idle"
             time.sleep(1.0)
         after = verified(env)
         assert after["records"] == first["records"] and after["head"] == first["head"], (

@@ -18,9 +18,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from bomb_files import pdf_operators_bomb
+from bomb_files import RestrictedFolder, pdf_operators_bomb
 from conftest import MODEL_PATH
 from serving import ROOT, Serve, cites, cli, environment, token
+from waiting import wait_until
 
 from schemas.events import AclPayload, Event, doc_path
 from streams.ports import TOPIC_ACL
@@ -33,31 +34,26 @@ pytestmark = [
 
 QUESTION = "What is the access code for the vault?"
 TIMEOUT_S = 10
+VAULT = RestrictedFolder(
+    "vault",
+    ("group:staff",),
+    "group:vault-admins",
+    "code.md",
+    "# Vault access\n\nThe access code for the vault is 4417-ledger. It changes yearly.\n",
+)
 
 
 def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) -> None:
-    drive = tmp_path / "drive"
-    files = {
-        "acme/.ragsync-acl.toml": (
-            'tenant = "acme"\nread = ["group:staff"]\n\n'
-            '[folders."vault"]\nread = ["group:staff", "group:vault-admins"]\n'
-        ),
-        "acme/vault/.ragsync-acl.toml": 'read = ["group:staff"]\n',
-        "acme/vault/code.md": "# Vault access\n\nThe access code for the vault is 4417-ledger. It changes yearly.\n",
-        "acme/refunds.md": "# Refunds\n\nRefunds are paid within 14 days.\n",
-    }
-    for rel, text in files.items():
-        (drive / rel).parent.mkdir(parents=True, exist_ok=True)
-        (drive / rel).write_text(text)
+    drive = VAULT.write(tmp_path / "drive")
     env = environment(tmp_path / "home", RAGSYNC_EXTRACT_TIMEOUT_S=str(TIMEOUT_S))
     ann = token("acme", "ann", "staff")
     with Serve(env) as serve:
         first = json.loads(cli(env, "sync", str(drive), "--tenant", "acme", "--json").stdout)
         assert first["applied"] == 2, first
-        assert cites(serve.ask(ann, QUESTION), "acme/vault/code.md")
+        assert cites(serve.ask(ann, QUESTION), VAULT.path)
 
         (drive / "acme/slow.pdf").write_bytes(pdf_operators_bomb(150_000, pages=4))  # a minute or more for pypdf
-        (drive / "acme/vault/.ragsync-acl.toml").write_text('read = ["group:vault-admins"]\n')
+        VAULT.narrow(drive)
         sync = subprocess.Popen(
             [sys.executable, "-m", "ragsync.cli", "sync", str(drive), "--tenant", "acme", "--json"],
             env=env,
@@ -66,9 +62,12 @@ def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) 
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 120
-        while cites(serve.ask(ann, QUESTION), "acme/vault/code.md"):
-            assert time.monotonic() < deadline, "still shown two minutes after the manifest edit"
+        wait_until(
+            lambda: not cites(serve.ask(ann, QUESTION), VAULT.path),
+            120,
+            "the vault note to disappear after the manifest edit",
+            every_s=0.02,
+        )
         gone_at = time.time()
         out, err = sync.communicate(timeout=300)
         finished_at = time.time()
@@ -87,7 +86,7 @@ def test_a_slow_file_in_the_same_sync_never_delays_a_revocation(tmp_path: Path) 
         [acl] = [Event.model_validate_json(r.value) for r in log.poll(TOPIC_ACL, "test-inspect", 10)[-1:]]
     finally:
         log.close()
-    assert doc_path(acl.doc_id) == "acme/vault/code.md" and acl.payload == AclPayload(acl=("group:vault-admins",))
+    assert doc_path(acl.doc_id) == VAULT.path and acl.payload == AclPayload(acl=(VAULT.kept_by,))
     published_at = datetime.timestamp(acl.occurred_at)
     effective_s = gone_at - published_at
     assert effective_s <= 2.0, f"revoked {effective_s:.2f} s after it was published (bound 2 s)"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import MODEL_PATH
-from serving import Serve, cites, cli, environment, token, until
+from serving import Serve, cites, cli, environment, token
+from waiting import wait_until
 
 from ragsync.demo import REFUNDS_V2, build_drive
 
@@ -36,17 +37,17 @@ def test_declared_source_is_watched_reconciled_and_backfilled(tmp_path: Path) ->
     env = environment(home, RAGSYNC_CONFIG=str(config))
     ann = token("acme", "ann", "staff")
     with Serve(env) as serve:
-        status = until(
+        status = wait_until(
             lambda: (s := json.loads(cli(env, "status").stdout))["dense"].get("complete") and s, 60, "dense backfill"
         )
         assert status["dense"]["vectors"] == status["dense"]["passages"] > 0
         assert [(s["name"], s["full_pass"]) for s in status["sources"]] == [("drive", True)]
 
         (drive / "acme/policies/refunds.md").write_text(REFUNDS_V2.replace("2026-09-01", "2026-01-02"))
-        until(lambda: "45 days" in str(serve.ask(ann, REFUND_Q)["answer"]), 30, "the watched edit")
+        wait_until(lambda: "45 days" in str(serve.ask(ann, REFUND_Q)["answer"]), 30, "the watched edit")
 
         (drive / "acme/handbook/onboarding.html").unlink()  # a removal brings the full pass forward
         onboarding_q = "When do new staff receive their laptop?"
-        until(lambda: not cites(serve.ask(ann, onboarding_q), "acme/handbook/onboarding.html"), 30, "the deletion")
+        wait_until(lambda: not cites(serve.ask(ann, onboarding_q), "acme/handbook/onboarding.html"), 30, "the deletion")
         audit = json.loads(cli(env, "audit", "deletions", "--json").stdout)
         assert [r["doc_id"] for r in audit] == ["drive:acme/handbook/onboarding.html"]

@@ -21,7 +21,8 @@ import httpx
 import jwt
 import pytest
 from conftest import MODEL_PATH
-from serving import SECRET, Serve, cli, environment, until
+from serving import SECRET, Serve, cli, environment
+from waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no embedding model at {MODEL_PATH}")
 
@@ -55,7 +56,9 @@ def test_pass_problems_are_logged_listed_by_status_and_degrade_readyz(tmp_path: 
         RAGSYNC_WEBHOOKS=json.dumps({"crm": {"secret": HOOK, "tenants": ["acme"]}}),
     )
     with Serve(env) as serve:
-        status = until(lambda: (s := json.loads(cli(env, "status", "--json").stdout))["sources"] and s, 60, "a pass")
+        status = wait_until(
+            lambda: (s := json.loads(cli(env, "status", "--json").stdout))["sources"] and s, 60, "a pass"
+        )
         (docs,) = status["sources"]
         assert docs["source"] == "docs" and docs["failed"] is None and docs["errors"] == 3, docs
         problems = docs["problems"]
@@ -65,7 +68,9 @@ def test_pass_problems_are_logged_listed_by_status_and_degrade_readyz(tmp_path: 
         assert any("invalid effective_from '2026-02-30'" in p for p in problems)
 
         # The log: one line for the pass with its counts and duration, one WARNING per problem.
-        log = until(lambda: "problems, deletions held back in" in (out := serve.output()) and out, 30, "the pass line")
+        log = wait_until(
+            lambda: "problems, deletions held back in" in (out := serve.output()) and out, 30, "the pass line"
+        )
         pass_lines = [line for line in log.splitlines() if line.startswith("INFO ragsync.sources: full pass of docs")]
         assert pass_lines and "1 upserts" in pass_lines[0] and "3 problems" in pass_lines[0], pass_lines
         warnings = [line for line in log.splitlines() if line.startswith("WARNING ragsync.sources: source docs: ")]
@@ -92,7 +97,7 @@ def test_pass_problems_are_logged_listed_by_status_and_degrade_readyz(tmp_path: 
         (drive / "acme/policies/travel.pdf").unlink()
         # Fixed, and within what the root grants (a manifest may only narrow: issue 18).
         (drive / "acme/payroll/.ragsync-acl.toml").write_text('read = ["group:staff"]\n')
-        healed = until(lambda: (b := serve.ready())["status"] == "ready" and b, 60, "a clean pass")
+        healed = wait_until(lambda: (b := serve.ready())["status"] == "ready" and b, 60, "a clean pass")
         assert healed["degraded"] == {}
         (docs,) = json.loads(cli(env, "status", "--json").stdout)["sources"]
         assert docs["problems"] == [] and docs["errors"] == 0
@@ -163,7 +168,7 @@ def test_a_refused_token_says_why_in_the_log_and_unknown_routes_answer_in_the_er
         # The caller learns nothing about why: one body for every refusal.
         assert [(a.status_code, a.json()) for a in answers] == [(401, {"error": "invalid token"})] * 2
 
-        log = until(lambda: "token expired" in (out := serve.output()) and out, 10, "the 401 reasons")
+        log = wait_until(lambda: "token expired" in (out := serve.output()) and out, 10, "the 401 reasons")
         assert "WARNING ragsync.api: 401 for POST /v1/ask: groups must be a list of strings" in log
         assert "WARNING ragsync.api: 401 for POST /v1/ask: token expired" in log
         assert groups_as_string not in log and expired not in log

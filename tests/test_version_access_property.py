@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import QDRANT_URL, require_service, unique
+from histories import Op
+from histories import history as emitted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.scan import build_event
 from indexer.cache import InProcessCache
 from indexer.sink import IndexSink
 from indexer.state import SqliteDeletionAudit, SqliteDocStates
@@ -67,55 +68,21 @@ PRINCIPALS: tuple[tuple[str, ...], ...] = (
 COUNTS: dict[str, int] = {"histories": 0, "pairs": 0, "allowed": 0, "wider": 0, "stricter": 0, "stricter_in_order": 0}
 
 
-@dataclass(frozen=True)
-class Op:
-    kind: str  # upsert | acl | delete
-    acl: tuple[str, ...] = ()
-    gap: int = 1  # seconds after the previous event
-
-
 acls = st.lists(st.sampled_from(ENTRIES), max_size=4, unique=True).map(lambda xs: tuple(sorted(xs)))
 ops = st.one_of(
-    st.builds(Op, st.just("upsert"), acls, st.integers(1, 3)),
-    st.builds(Op, st.just("acl"), acls, st.integers(1, 3)),
-    st.builds(Op, st.just("delete"), st.just(()), st.integers(1, 3)),
+    st.builds(Op, st.just("upsert"), acls, gap_s=st.integers(1, 3)),
+    st.builds(Op, st.just("acl"), acls, gap_s=st.integers(1, 3)),
+    st.builds(Op, st.just("delete"), st.just(()), gap_s=st.integers(1, 3)),
 )
 
 
+def plan(doc: str, version: int, op: Op) -> str:
+    return f"# Plan\n\n## Part\n\nCanary v{version} says the plan of version {version}.\n"
+
+
 def history(steps: list[Op]) -> list[Event]:
-    """What a connector emits: an upsert first and after every delete, ACL events only for a change."""
-    events: list[Event] = []
-    live = False
-    at = T0
-    for op in steps:
-        if not live and op.kind != "upsert":
-            continue
-        if op.kind == "acl" and _acl_of(events) == op.acl:
-            continue
-        version = len(events) + 1
-        at = at + timedelta(seconds=op.gap)
-        payload: UpsertPayload | AclPayload | DeletePayload
-        if op.kind == "upsert":
-            content = f"# Plan\n\n## Part\n\nCanary v{version} says the plan of version {version}.\n"
-            payload = UpsertPayload(
-                content=content, content_type="markdown", content_hash=f"h{version:015d}", acl=op.acl, source_url=DOC
-            )
-            live = True
-        elif op.kind == "acl":
-            payload = AclPayload(acl=op.acl)
-        else:
-            payload = DeletePayload()
-            live = False
-        events.append(build_event("t", "acme", DOC, version, payload, at))
-    return events
-
-
-def _acl_of(events: list[Event]) -> tuple[str, ...] | None:
-    for event in reversed(events):
-        if isinstance(event.payload, UpsertPayload | AclPayload):
-            return tuple(event.payload.acl)
-        return None
-    return None
+    """Of the one document DOC, seconds apart (the steps' gaps)."""
+    return emitted(DOC, steps, T0, plan)
 
 
 def reference(events: list[Event], entries: tuple[str, ...], version: int, t: datetime) -> bool:
@@ -147,7 +114,7 @@ def reference(events: list[Event], entries: tuple[str, ...], version: int, t: da
 @st.composite
 def deliveries(draw: st.DrawFn) -> tuple[list[Event], list[Event], bool]:
     """(every event emitted, the order delivered in with duplicates, whether that order is the emitted one)."""
-    first = Op("upsert", draw(acls), 1)
+    first = Op("upsert", draw(acls), gap_s=1)
     emitted = history([first, *draw(st.lists(ops, min_size=1, max_size=9))])
     in_order = draw(st.booleans())
     queues: dict[str, list[Event]] = {}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -336,27 +335,47 @@ def test_sequence_refuses_late_deliveries_instead_of_reverting(hook: Hook) -> No
     assert [(e.version, e.kind) for e in hook.all_events()] == [(1, "upsert"), (3, "upsert"), (2, "delete")]
 
 
-def test_concurrent_pushes_for_one_document_get_distinct_versions(hook: Hook) -> None:
-    original = hook.log.publish
+def test_concurrent_pushes_for_one_document_get_distinct_versions(tmp_path: Path) -> None:
+    """The second push reaches the handler while the first is inside publish (barriers, not sleeps):
+    the first publish waits until the second has read the clock, which it does before the document's
+    lock, so both requests are in the handler at the same time whatever the machine's speed."""
+    log = SqliteEventLog(tmp_path / "events.db")
+    first_publishing, second_inside = threading.Event(), threading.Event()
 
-    def slow(event: Event) -> None:
-        time.sleep(0.2)  # both requests are inside the handler at the same time
-        original(event)
+    def now() -> datetime:
+        if first_publishing.is_set():
+            second_inside.set()
+        return NOW
 
-    hook.log.publish = slow  # type: ignore[method-assign]
+    def publish(event: Event) -> None:
+        if not first_publishing.is_set():
+            first_publishing.set()
+            assert second_inside.wait(30), "the second push never reached the handler"
+        log.publish(event)
+
+    server = Starlette()
     results: list[int] = []
+    with TestClient(server) as client:
+        assert client.portal is not None
+        state = client.portal.call(ConnectorState, tmp_path / "connectors.db")
+        server.mount("", create_webhook_app(publish, SOURCES, state, now=now))
+        hook = Hook(client, log, state, [])
 
-    def push(n: int) -> None:
-        time.sleep(0.05 * n)  # the second arrives while the first is still publishing; sequences in order
-        results.append(hook.push({**REFUNDS, "content": f"# v{n}\n", "sequence": n + 1}).json()["version"])
+        def push(n: int) -> None:
+            if n == 1:  # the second arrives while the first is still publishing; sequences in order
+                assert first_publishing.wait(30), "the first push never published"
+            results.append(hook.push({**REFUNDS, "content": f"# v{n}\n", "sequence": n + 1}).json()["version"])
 
-    threads = [threading.Thread(target=push, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+        threads = [threading.Thread(target=push, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        client.portal.call(state.close)
+    assert second_inside.is_set()
     assert sorted(results) == [1, 2]
     assert sorted(e.version for e in hook.events(TOPIC_DOCUMENTS)) == [1, 2]
+    log.close()
 
 
 def test_empty_or_short_secret_and_no_tenant_are_refused(tmp_path: Path) -> None:

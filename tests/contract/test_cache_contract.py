@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import NOW
+from waiting import wait_until
 
 from indexer.cache import cache_key
 from schemas.principal import Principal
@@ -15,10 +16,8 @@ def test_get_set_and_ttl(cache: Any) -> None:
     cache.set("ragsync:acme:k1", b"value", 30)
     assert cache.get("ragsync:acme:k1") == b"value"
     cache.set("ragsync:acme:k2", b"gone", 0.001)
-    import time
-
-    time.sleep(0.05)
-    assert cache.get("ragsync:acme:k2") is None
+    wait_until(lambda: cache.get("ragsync:acme:k2") is None, 10, "a 1 ms entry to expire", every_s=0.01)
+    assert cache.get("ragsync:acme:k1") == b"value", "only the expired entry went"
 
 
 def test_bump_invalidates_only_that_tenant(cache: Any) -> None:
