@@ -29,7 +29,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import MODEL_PATH
 from posix_world import Population, Tally, cleanup_system, index_decisions, source_decisions, system_people
-from serving import Serve, cites, environment, token, until
+from serving import Serve, cites, environment, token
+from waiting import wait_until as until
 
 from connectors.base import SourceDocument
 from connectors.drive import DriveConnector
