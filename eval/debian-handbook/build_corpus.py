@@ -14,7 +14,7 @@ AsciiDoc (Git) and Texinfo (flex). The English pages only (html/en-US). The corp
       security/   read: group:secteam only (firewall, supervision, AppArmor, compromised machines)
     hbdesk/     tenant hbdesk, read: group:helpdesk (the workstation chapter and troubleshooting)
 
-Two sizes: full (52 pages) and ci (17 pages). Copies keep the package's mtimes, so a re-sync re-indexes nothing.
+Two sizes: full (56 pages) and ci (17 pages). Copies keep the package's mtimes, so a re-sync re-indexes nothing.
 """
 
 from __future__ import annotations

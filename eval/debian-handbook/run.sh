@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for the Debian handbook evaluation: build the corpus, verify the gold, sync, evaluate.
 #
-#   eval/debian-handbook/run.sh            full subset (52 pages)
+#   eval/debian-handbook/run.sh            full subset (56 pages)
 #   eval/debian-handbook/run.sh --ci       CI subset (17 pages)
 #   eval/debian-handbook/run.sh --ci --min-recall 0.9    extra arguments go to `ragsync eval` (gates)
 #
