@@ -13,7 +13,7 @@ drive folder for `ragsync sync`, under two tenants with the committed ACL manife
       internals/  read: group:dbcore only (file format, atomic commit, locking, temporary files)
     sqlcli/     tenant sqlcli, read: group:analysts (the command-line shell and its CSV import)
 
-Two sizes: full (51 pages) and ci (18 pages). Copies keep the package's mtimes, so a re-sync re-indexes nothing.
+Two sizes: full (51 pages) and ci (16 pages). Copies keep the package's mtimes, so a re-sync re-indexes nothing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # One command for the SQLite documentation evaluation: build the corpus, verify the gold, sync, evaluate.
 #
 #   eval/sqlite-doc/run.sh            full subset (51 pages)
-#   eval/sqlite-doc/run.sh --ci       CI subset (18 pages)
+#   eval/sqlite-doc/run.sh --ci       CI subset (16 pages)
 #   eval/sqlite-doc/run.sh --ci --min-recall 0.9    extra arguments go to `ragsync eval` (gates)
 #
 # Data goes to eval/sqlite-doc/build/<variant>/ (gitignored): corpus/, questions.jsonl, corpus.json (package
