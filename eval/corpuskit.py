@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -106,10 +106,12 @@ def build(
     manifests: Path,
     questions: Path,
     meta: Mapping[str, object] | None = None,
+    skip_types: Collection[str] = (),
 ) -> dict[str, int]:
     """Copy (source page, corpus path) pairs into out/corpus, lay the manifests over them, filter the questions.
 
-    The corpus path is the doc_id the questions name. Pages no longer in the subset are removed, so a
+    The corpus path is the doc_id the questions name. Questions of `skip_types` are left out (the gated
+    CI subsets keep the question types their gates were measured on). Pages no longer in the subset are removed, so a
     sync reflects the subset exactly; unchanged pages keep their mtime and are not re-indexed.
     """
     corpus = out / "corpus"
@@ -140,6 +142,8 @@ def build(
                 dst.write(line)
                 continue
             item = json.loads(text)
+            if item.get("type") in skip_types:
+                continue
             if all(corpus_path(g["doc_id"]) in wanted for g in item.get("gold", [])):
                 dst.write(line)
                 kept += 1
@@ -259,8 +263,14 @@ def verify_main(default_questions: Path, skip_classes: Iterable[str] = (), doc: 
     sys.exit(1 if failures else 0)
 
 
-def build_main(doc: DebianDoc, subsets: Mapping[str, Sequence[tuple[str, str]]], here: Path, description: str) -> None:
-    """The command line of a set's build_corpus.py."""
+def build_main(
+    doc: DebianDoc,
+    subsets: Mapping[str, Sequence[tuple[str, str]]],
+    here: Path,
+    description: str,
+    ci_skip_types: Collection[str] = (),
+) -> None:
+    """The command line of a set's build_corpus.py; `ci_skip_types` are left out of the ci variant only."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -272,7 +282,8 @@ def build_main(doc: DebianDoc, subsets: Mapping[str, Sequence[tuple[str, str]]],
     version = ensure_package(DebianDoc(doc.package, doc.version, args.root))
     out = args.out or here / "build" / args.variant
     meta = {"package": doc.package, "pinned": doc.version, "installed": version, "variant": args.variant}
-    summary = build(subsets[args.variant], out, args.root, here / "manifests", here / "questions.jsonl", meta)
+    skip = ci_skip_types if args.variant == "ci" else ()
+    summary = build(subsets[args.variant], out, args.root, here / "manifests", here / "questions.jsonl", meta, skip)
     print(
         f"{args.variant} corpus from {doc.package} {version or '(version unknown)'}: {summary['pages']} pages "
         f"({summary['bytes'] / 1e6:.1f} MB) in {out / 'corpus'}; {summary['questions']} questions in "

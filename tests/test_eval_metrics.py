@@ -36,6 +36,7 @@ from ragsync.evaluation import (
     check_gates,
     diagnose,
     is_gold,
+    load_questions,
     matches_gold,
     parse_questions,
     percentile,
@@ -410,3 +411,29 @@ def test_a_revocation_the_store_missed_is_caught_by_design(store: Any) -> None:
     report = _evaluate(store, [question])
     assert {leak["kind"] for leak in report["permissions"]["leaks"]} == {"denied_gold"}
     assert not report["passed"]
+
+
+def test_situation_questions_are_reported_as_their_own_type() -> None:
+    """Issue 23: questions written as a user describes a situation are a type of their own in every table."""
+    summary = summarize(
+        [
+            _result("a", "situation", "answer", [None], False),
+            _result("b", "situation", "answer", [1], True),
+            _result("c", "exact", "answer", [1], True),
+        ]
+    )
+    situation = summary["by_type"]["situation"]["retrieval"]["fused"]
+    assert situation["n"] == 2 and situation["recall@1"] == 0.5
+    assert summary["by_type"]["exact"]["retrieval"]["fused"]["recall@1"] == 1.0
+
+
+@pytest.mark.parametrize("name", ["python-manual", "git-doc", "flex-doc", "debian-handbook", "sqlite-doc"])
+def test_every_committed_question_file_parses_with_known_types(name: str) -> None:
+    path = Path(__file__).resolve().parents[1] / "eval" / name / "questions.jsonl"
+    questions = load_questions(path)
+    types = {q.type for q in questions}
+    assert types <= {"exact", "paraphrase", "rule_exception", "situation", "unanswerable", "denied"}
+    assert "situation" in types
+    for q in questions:
+        assert (q.expect == "abstain") == (q.type in {"unanswerable", "denied"}), q.id
+        assert bool(q.gold) == (q.type != "unanswerable"), q.id

@@ -98,6 +98,11 @@ def ensure_manual(manual: Path) -> None:
         sys.exit(f"{DEBIAN_PACKAGE} is installed but {manual} does not exist")
 
 
+CI_SKIP_TYPES = ("situation",)
+"""The situation questions (issue 23) are in the full set only: the CI subset stays the one the gate in
+tests/ was measured on, until the gate's thresholds are re-measured with them."""
+
+
 def build(variant: str, out: Path, manual: Path = MANUAL, questions: Path = HERE / "questions.jsonl") -> dict[str, int]:
     corpus = out / "corpus"
     wanted = {dst: manual / src for src, dst in SUBSETS[variant]}
@@ -125,6 +130,8 @@ def build(variant: str, out: Path, manual: Path = MANUAL, questions: Path = HERE
                 dst.write(line)
                 continue
             item = json.loads(text)
+            if variant == "ci" and item.get("type") in CI_SKIP_TYPES:
+                continue
             if all(corpus_path(g["doc_id"]) in wanted for g in item.get("gold", [])):
                 dst.write(line)
                 kept += 1
