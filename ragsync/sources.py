@@ -17,6 +17,21 @@
     tenants = ["acme", "globex"]
     interval_s = 60
 
+    [[sources]]
+    name = "fileserver"
+    kind = "smb"                   # an SMB share: access from each file's NT ACL (connectors.smb)
+    server = "files.example"
+    port = 445
+    share = "docs"
+    path = "/policies"             # the folder on the share ("/" for all of it)
+    username = "ragsync-reader"
+    password_env = "RAGSYNC_SMB_PASSWORD"
+    tenants = ["acme"]             # exactly one
+    share_open = true              # the share's ACL grants every user (Samba does not hand it out)
+    interval_s = 60
+    [sources.principals]           # optional: server names to token names (default: the same name)
+    groups = { "Domain Admins" = "admins" }
+
 `tenants` is declared here, by whoever configures the source, and never taken from a file in it:
 a manifest naming another tenant locks its folder (connectors.access), so a writer of one folder
 cannot move documents into a tenant the source was not meant to feed. Like a webhook's `tenants`.
@@ -42,6 +57,7 @@ is expected, an unknown git ref) is refused when serve starts (`startup_problems
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from connectors.access import TENANT_PATTERN
 from schemas.events import SOURCE_NAME_PATTERN
@@ -65,13 +81,24 @@ MAX_DELAY_S = 2.0
 burst that does not stop (a long copy still gets published as it goes)."""
 
 
+class SourcePrincipals(BaseModel):
+    """`[sources.principals]`: source user and group names to token names (connectors.permissions.PrincipalMap).
+
+    By default a source user `ann` is `user:ann` and a group `hr` is `group:hr`; "" leaves a name unmapped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: dict[str, str] = Field(default_factory=dict)
+    groups: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSettings(BaseModel):
     """One `[[sources]]` entry of the settings file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
-    kind: Literal["drive", "git"] = "drive"
+    kind: Literal["drive", "git", "smb"] = "drive"
     path: Path
     tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
     """The only tenants its manifests may name."""
@@ -80,9 +107,33 @@ class SourceSettings(BaseModel):
     url_base: str | None = None
     interval_s: float = Field(default=300.0, gt=0)
     watch: bool = False
+    # kind = "smb" (connectors.smb): `path` is the folder on the share ("/" for all of it)
+    server: str = ""
+    port: int = Field(default=445, gt=0, lt=65536)
+    share: str = ""
+    username: str = ""
+    password: SecretStr | None = None
+    """Better left out of the file: `password_env` names the variable that holds it."""
+    password_env: str = ""
+    domain: str = ""
+    share_open: bool = False
+    """The share's own ACL grants every user (for a server, like Samba, that does not hand it out)."""
+    principals: SourcePrincipals | None = None
+    timeout_s: float = Field(default=15.0, gt=0)
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
+        smb_only = ("server", "share", "username", "password", "password_env", "domain", "share_open", "principals")
+        if self.kind == "smb":
+            if not self.server or not self.share:
+                raise ValueError("kind = 'smb' needs server and share")
+            if len(self.tenants) != 1:
+                raise ValueError("kind = 'smb' feeds one tenant: tenants = [\"<one>\"]")
+            if self.watch or self.ref != "HEAD" or self.subdir:
+                raise ValueError("watch, ref and subdir do not apply to kind = 'smb' (it is read every interval_s)")
+        elif any(name in self.model_fields_set for name in smb_only):
+            given = ", ".join(n for n in smb_only if n in self.model_fields_set)
+            raise ValueError(f"{given} apply to kind = 'smb' only")
         if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
             raise ValueError("ref and subdir apply to kind = 'git' only")
         if self.kind == "git" and self.watch:
@@ -94,6 +145,10 @@ def source_problems(source: SourceSettings, home: Path) -> list[str]:
     """Why a declared source cannot be synced at all, checked before serve starts (empty when it can).
 
     A pass would otherwise report the same error every interval while serve looks healthy."""
+    if source.kind == "smb":
+        if source.password_env and source.password_env not in os.environ:
+            return [f"password_env: the variable {source.password_env} is not set"]
+        return []  # the server is asked at each pass: one that is down fails that pass, not serve's start
     path = source.path
     if not path.exists():
         return [f"path {path} does not exist"]
@@ -172,6 +227,8 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
 
+    if source.kind == "smb":
+        return smb_connector(source)
     if source.kind == "git":
         options: dict[str, Any] = {}
         if source.url_base is not None:
@@ -181,6 +238,35 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
             source.path, tenants=source.tenants, ref=source.ref, subdir=source.subdir, name=source.name, **options
         )
     return DriveConnector(source.path, source.name, tenants=source.tenants, refuse=[home], url_base=source.url_base)
+
+
+def smb_connector(source: SourceSettings) -> Any:
+    """The password from the settings, else from the variable `password_env` names, read at each start."""
+    from connectors.permissions import PrincipalMap
+    from connectors.smb import SmbConnector, SmbTarget
+
+    password = source.password.get_secret_value() if source.password is not None else ""
+    if not password and source.password_env:
+        password = os.environ.get(source.password_env, "")
+    principals = source.principals or SourcePrincipals()
+    target = SmbTarget(
+        server=source.server,
+        share=source.share,
+        port=source.port,
+        path=source.path.as_posix().strip("/").removeprefix("."),
+        username=source.username,
+        password=password,
+        domain=source.domain,
+        timeout_s=source.timeout_s,
+    )
+    return SmbConnector(
+        target,
+        source.name,
+        tenant=source.tenants[0],
+        principals=PrincipalMap(dict(principals.users), dict(principals.groups)),
+        share_open=source.share_open,
+        url_base=source.url_base,
+    )
 
 
 @dataclass
