@@ -84,6 +84,8 @@ def password(user: str) -> str:
 def ensure_user(user: str) -> None:
     if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
         run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", user])
+    if f"{user}:" in run(["pdbedit", "-s", str(CONF), "-L"]):
+        return
     run(["smbpasswd", "-c", str(CONF), "-s", "-a", user], stdin=f"{password(user)}\n{password(user)}\n")
 
 
@@ -241,7 +243,10 @@ def source_decisions(world: World) -> dict[tuple[str, str], bool]:
     decisions: dict[tuple[str, str], bool] = {}
     for user in world.users:
         conn = SMBConnection("127.0.0.1", "127.0.0.1", sess_port=svc.SMB_PORT, timeout=15)
-        conn.login(user, password(user))
+        try:
+            conn.login(user, password(user))
+        except SessionError as exc:
+            raise RuntimeError(f"{user} cannot log in: {exc}") from None
         tid = conn.connectTree(svc.SMB_SHARE)
         try:
             for name in world.files:
@@ -251,7 +256,7 @@ def source_decisions(world: World) -> dict[tuple[str, str], bool]:
                     )
                 except SessionError as exc:
                     if "ACCESS_DENIED" not in str(exc):
-                        raise
+                        raise RuntimeError(f"{user} opening {name}: {exc}") from None
                     decisions[(name, user)] = False
                 else:
                     conn.closeFile(tid, fid)
