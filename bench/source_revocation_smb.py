@@ -185,7 +185,7 @@ def main() -> int:
         "details": {
             "max": round(max(latencies), 3),
             "goal_p99_s": args.interval + 2.0,
-            "latency": "smbcacls -D returned -> the serve's first answer (/v1/ask as the revoked user) without the file",
+            "latency": "smbcacls -D returned -> first answer (/v1/ask as the revoked user) without the file",
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": "python3 bench/source_revocation_smb.py " + " ".join(sys.argv[1:]),
         },
