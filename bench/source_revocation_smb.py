@@ -53,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def populate(n: int) -> None:
     w.ensure_user(READER)
-    w.reset_share()
+    subprocess.run(["rm", "-rf", str(w.svc.SHARE_PATH / "vault")], check=True)  # only its own folder
     w.smbclient('mkdir "vault"')
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:

@@ -193,3 +193,22 @@ def test_connector_iterates(samba: None, monkeypatch: pytest.MonkeyPatch) -> Non
     got = asyncio.run(listing())
     assert sorted(name for name, _ in got) == sorted(world.files)
     assert all(b"smbcanary" in data for _, data in got)
+
+
+def test_smb_settings_are_checked_and_the_password_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = {"name": "fs", "kind": "smb", "path": "/", "server": "files", "share": "docs", "tenants": ["acme"]}
+    with pytest.raises(ValueError, match="feeds one tenant"):
+        SourceSettings.model_validate({**base, "tenants": ["acme", "globex"]})
+    with pytest.raises(ValueError, match="needs server and share"):
+        SourceSettings.model_validate({**base, "share": ""})
+    with pytest.raises(ValueError, match="apply to kind = 'smb' only"):
+        SourceSettings.model_validate({"name": "d", "path": "/srv", "tenants": ["acme"], "server": "files"})
+    source = SourceSettings.model_validate({**base, "username": "r", "password": "hunter2-secret"})
+    assert "hunter2-secret" not in repr(source) and "hunter2-secret" not in str(source.model_dump())
+    smb = connector_for(source, Path("/nonexistent-home"))
+    assert "hunter2-secret" not in repr(smb.target) and smb.target.password == "hunter2-secret"
+    monkeypatch.setenv("FS_PW", "from-the-env")
+    assert (
+        connector_for(SourceSettings.model_validate({**base, "password_env": "FS_PW"}), Path("/h")).target.password
+        == "from-the-env"
+    )
