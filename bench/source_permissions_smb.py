@@ -75,7 +75,7 @@ def main() -> int:
     if not w.samba_up():
         print("samba is not running: compose/local/services up samba", file=sys.stderr)
         return 2
-    os.environ["RAGSYNC_BENCH_SMB_PASSWORD"] = w.svc.SMB_PASSWORD
+    os.environ["SMB_BENCH_READER_PASSWORD"] = w.svc.SMB_PASSWORD
     source = SourceSettings.model_validate(
         {
             "name": "share",
@@ -85,7 +85,7 @@ def main() -> int:
             "share": w.svc.SMB_SHARE,
             "path": "/",
             "username": w.svc.SMB_USER,
-            "password_env": "RAGSYNC_BENCH_SMB_PASSWORD",
+            "password_env": "SMB_BENCH_READER_PASSWORD",
             "tenants": [w.TENANT],
             "share_open": True,
         }

@@ -80,7 +80,7 @@ port = {w.svc.SMB_PORT}
 share = "{w.svc.SMB_SHARE}"
 path = "/vault"
 username = "{w.svc.SMB_USER}"
-password_env = "RAGSYNC_BENCH_SMB_PASSWORD"
+password_env = "SMB_BENCH_READER_PASSWORD"
 tenants = ["{w.TENANT}"]
 share_open = true
 interval_s = {interval}
@@ -136,7 +136,7 @@ def main() -> int:
             RAGSYNC_SESSION_SECRET=SECRET,
             RAGSYNC_CONFIG=str(settings_file(root, args.interval)),
             RAGSYNC_METRICS_PORT="0",
-            RAGSYNC_BENCH_SMB_PASSWORD=w.svc.SMB_PASSWORD,
+            SMB_BENCH_READER_PASSWORD=w.svc.SMB_PASSWORD,
             PYTHONPATH=str(ROOT),
         )
         proc, api = start_serve(env, home, root / "serve.log")
