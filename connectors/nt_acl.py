@@ -13,7 +13,7 @@ reads only through an ACE, like everyone else.
 The read right: FILE_READ_DATA, or GENERIC_READ / GENERIC_ALL left unmapped in a stored ACE.
 
 A token's SIDs are only partly visible from outside: the user's SID, the domain groups the server's
-SAM lists for them, Domain Users, Everyone and Authenticated Users are certain; anything else (a
+SAM lists for them (Domain Users among them), Everyone and Authenticated Users are certain; anything else (a
 BUILTIN alias, "Unix User\\x", a SID the server does not resolve, a well-known SID such as NETWORK) may
 or may not be in it. So the decision is computed fail closed: an allow counts only for SIDs certainly
 in the token, a deny for every SID that may be in it, and each rule that could not be decided exactly
@@ -39,7 +39,6 @@ INHERITED = 0x10
 
 EVERYONE = "S-1-1-0"
 AUTHENTICATED_USERS = "S-1-5-11"
-DOMAIN_USERS_RID = 513
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +75,23 @@ class SamDirectory:
     """group SID -> group name"""
 
     def everyone_sids(self) -> frozenset[str]:
-        return frozenset({EVERYONE, AUTHENTICATED_USERS, f"{self.domain_sid}-{DOMAIN_USERS_RID}"})
+        """In every authenticated user's token. Not Domain Users: a user whose primary group is another
+        group may lack it; it counts for those the SAM puts in it (GetGroupsForUser lists it)."""
+        return frozenset({EVERYONE, AUTHENTICATED_USERS})
 
     def certain(self, user_sid: str) -> frozenset[str]:
         """The SIDs certainly in this user's token."""
         return frozenset({user_sid, *self.users[user_sid][1]}) | self.everyone_sids()
 
     def known(self, sid: str) -> bool:
-        """A SID whose membership is known for every user: a user, a listed group, or an every-user SID."""
-        return sid in self.users or sid in self.groups or sid in self.everyone_sids()
+        """A SID whose membership is known for every user: a user, a group the SAM lists or puts a user
+        in, or an every-user SID."""
+        return (
+            sid in self.users
+            or sid in self.groups
+            or sid in self.everyone_sids()
+            or any(sid in groups for _, groups in self.users.values())
+        )
 
     def as_directory(self) -> Directory:
         """connectors.permissions' view: user names with the names of their groups."""
@@ -139,10 +146,10 @@ def decide(
         return not sam.known(sid)
 
     readers: set[str] = set()
+    # A SID the directory knows is in a token exactly when `certain` says so; any other may be.
+    possible = frozenset(s for d in descriptors for s in _sids(d) if unknown_possible(s))
     for user_sid, (user, _) in sam.users.items():
         certain = sam.certain(user_sid)
-        # A SID the directory knows is in the token exactly when `certain` says so; any other may be.
-        possible = frozenset(s for d in descriptors for s in _sids(d) if unknown_possible(s))
         if all(reads(d, certain, possible) for d in descriptors):
             readers.add(user)
 

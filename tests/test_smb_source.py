@@ -212,3 +212,17 @@ def test_smb_settings_are_checked_and_the_password_is_never_shown(monkeypatch: p
         connector_for(SourceSettings.model_validate({**base, "password_env": "FS_PW"}), Path("/h")).target.password
         == "from-the-env"
     )
+
+
+def test_domain_users_counts_only_for_those_the_server_puts_in_it() -> None:
+    """A user whose primary group is another one may not hold Domain Users: an allow for it admits only
+    the users the SAM lists in it, and a deny for it shuts out only those (the rest hold it or not, as listed)."""
+    dom = "S-1-5-21-1-2-3"
+    domain_users = f"{dom}-513"
+    sam = SamDirectory(
+        dom, {f"{dom}-1000": ("ann", frozenset({domain_users})), f"{dom}-1001": ("bob", frozenset())}, {}
+    )
+    allowed = Descriptor(None, (Ace(True, domain_users, 0x1),))
+    assert decide([allowed], sam, PrincipalMap()).readers == {"ann"}
+    denied = Descriptor(None, (Ace(False, domain_users, 0x1), Ace(True, "S-1-1-0", 0x1)))
+    assert decide([denied], sam, PrincipalMap()).readers == {"bob"}
