@@ -4,7 +4,7 @@ Needs `compose/local/services up samba` (scripts/test.sh starts it) and root (th
 and groups for the server). tests/smb_world.py builds the world and makes the comparisons.
 
 CI: 20 users in 6 overlapping groups, 60 files in 8 nested folders, every (file, user) pair compared
-after the first sync and after each of 6 syncs of 5 random edits (30 edits); the full run (200 files,
+after the first sync and after each of 3 syncs of 5 random edits (15 edits; 4,800 pairs); the full run (200 files,
 100 edits, >= 4,000 pairs per comparison) is bench/source_permissions_smb.py.
 """
 
@@ -68,6 +68,7 @@ def check(components: Any, world: w.World, report: Any) -> w.Comparison:
     return result
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
 def test_every_pair_equals_the_share_through_random_edits(samba: None, components: Any) -> None:
     world = w.build_world(n_users=20, n_groups=6, n_files=60, seed=19)
     smb = connector()
@@ -77,13 +78,13 @@ def test_every_pair_equals_the_share_through_random_edits(samba: None, component
     assert first.pairs == 20 * 60
     assert 0 < first.source_allowed < first.pairs, "the world has both outcomes"
     total = first.pairs
-    for _ in range(6):
+    for _ in range(3):
         for _ in range(5):
             w.random_edit(world)
         report = sync_source(components, smb)
         assert not report.scan.errors, report.scan.errors
         total += check(components, world, report).pairs
-    assert world.edits == 30
+    assert world.edits == 15
     print(f"\nsmb equivalence: {total} pairs, {world.edits} edits, first pass {first.source_allowed} allowed")
 
 
@@ -92,6 +93,7 @@ def visible(components: Any, user: str, groups: tuple[str, ...], name: str) -> b
     return w.index_decisions(components, world, SOURCE)[(name, user)]
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
 def test_revocation_deletion_and_rename_reach_the_index(samba: None, components: Any) -> None:
     world = w.build_world(n_users=3, n_groups=1, n_files=0, seed=1)
     ann = world.users[0]
@@ -128,6 +130,7 @@ def test_revocation_deletion_and_rename_reach_the_index(samba: None, components:
     assert components.lexical.count(w.TENANT, f"{SOURCE}:r/renamed.md") == 0
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
 def test_an_unreachable_server_fails_the_pass_and_deletes_nothing(samba: None, components: Any) -> None:
     world = w.build_world(n_users=2, n_groups=1, n_files=3, seed=2)
     smb = connector()
@@ -143,6 +146,7 @@ def test_an_unreachable_server_fails_the_pass_and_deletes_nothing(samba: None, c
     assert sum(components.lexical.count(w.TENANT, f"{SOURCE}:{f}") for f in world.files) == held
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
 def test_a_file_whose_descriptor_cannot_be_read_is_readable_by_nobody(samba: None, components: Any) -> None:
     world = w.build_world(n_users=2, n_groups=1, n_files=2, seed=3)
     ann = world.users[0]
@@ -181,6 +185,7 @@ def test_a_deny_for_a_sid_the_server_does_not_list_applies_to_everyone() -> None
     assert decide([Descriptor(None, None)], sam, PrincipalMap()).readers == {"ann", "bob"}
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
 def test_connector_iterates(samba: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The listing alone: each document names its tenant and an allow list, and reads over SMB."""
     monkeypatch.setenv("RAGSYNC_TEST_SMB_PASSWORD", w.svc.SMB_PASSWORD)
