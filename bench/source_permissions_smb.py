@@ -91,7 +91,7 @@ def main() -> int:
         }
     )
     started = time.monotonic()
-    world = w.build_world(args.users, args.groups, args.files, args.seed)
+    world = w.build_world(args.users, args.groups, args.files, args.seed, keep=frozenset({"vault"}))
     built_s = time.monotonic() - started
     totals = {"pairs": 0, "wider": 0, "stricter": 0, "stricter_reported": 0, "source_allowed": 0}
     syncs: list[float] = []

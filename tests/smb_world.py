@@ -124,14 +124,10 @@ class World:
         return [*self.users, *self.groups]
 
 
-KEEP = frozenset({"vault"})
-"""bench/source_revocation_smb.py's folder: the world never touches it."""
-
-
-def reset_share() -> None:
-    """Empty the share but for KEEP (as root on the server's disk: the test owns this server)."""
+def reset_share(keep: frozenset[str] = frozenset()) -> None:
+    """Empty the share but for the folders in `keep` (as root on the server's disk: the test owns this server)."""
     for child in svc.SHARE_PATH.iterdir():
-        if child.name in KEEP:
+        if child.name in keep:
             continue
         if child.is_dir():
             subprocess.run(["rm", "-rf", str(child)], check=True)
@@ -139,7 +135,8 @@ def reset_share() -> None:
             child.unlink()
 
 
-def build_world(n_users: int, n_groups: int, n_files: int, seed: int) -> World:
+def build_world(n_users: int, n_groups: int, n_files: int, seed: int, keep: frozenset[str] = frozenset()) -> World:
+    """`keep`: top folders of the share left alone (bench/source_revocation_smb.py's, when both benches run)."""
     rng = random.Random(seed)
     users = [f"{PREFIX}u{i:02d}" for i in range(n_users)]
     groups = {f"{PREFIX}g{i}": set(rng.sample(users, rng.randint(2, max(2, n_users // 3)))) for i in range(n_groups)}
@@ -148,7 +145,7 @@ def build_world(n_users: int, n_groups: int, n_files: int, seed: int) -> World:
     for group, members in groups.items():
         ensure_group(group)
         set_members(group, members)
-    reset_share()
+    reset_share(keep)
     folders = ["d0", "d0/e0", "d0/e1", "d1", "d1/e0", "d1/e0/f0", "d2", "d2/e0"]
     owner = f"ACL:{DOMAIN}\\{svc.SMB_ADMIN}:ALLOWED/0x0/FULL"
     reader = ace(svc.SMB_USER, True)
