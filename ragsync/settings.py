@@ -48,10 +48,14 @@ NOT_SETTINGS = frozenset(
         "RAGSYNC_REDIS_PERSIST",
         "RAGSYNC_QDRANT_HTTP_PORT",
         "RAGSYNC_QDRANT_GRPC_PORT",
+        "RAGSYNC_DOKUWIKI_PORT",
+        "RAGSYNC_DOKUWIKI_PASSWORD",
+        "RAGSYNC_SMB_PASSWORD",
         # the test suite
         "RAGSYNC_REQUIRE_SERVICES",
         "RAGSYNC_TEST_STORES",
         "RAGSYNC_TEST_PROCESSES",
+        "RAGSYNC_TEST_SMB_PASSWORD",
         "RAGSYNC_EVAL_REPORT",
     }
 )
@@ -125,9 +129,10 @@ class SourceSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=SOURCE_NAME_PATTERN)  # the source name: the namespace of its doc IDs (<name>:<path>)
-    kind: Literal["drive", "git", "dokuwiki"] = "drive"
+    kind: Literal["drive", "git", "dokuwiki", "smb"] = "drive"
     path: Path | None = None
-    """The folder or repository (drive, git); a dokuwiki source has a `url` instead."""
+    """The folder or repository (drive, git), the folder on the share (smb, "/" for all of it); a
+    dokuwiki source has a `url` instead."""
     tenants: tuple[Annotated[str, Field(pattern=TENANT_PATTERN)], ...] = Field(min_length=1)
     """The only tenants its manifests may name."""
     ref: str = "HEAD"
@@ -138,17 +143,31 @@ class SourceSettings(BaseModel):
     permissions: Literal["manifests", "posix"] = "manifests"
     """Where a drive's readers come from: its manifests, or the files' POSIX permissions (one tenant)."""
     principals: PrincipalsSettings = PrincipalsSettings()
+    """Source users and groups to token principals (dokuwiki, smb, posix drives); same names by default."""
+    password: SecretStr | None = None
+    """dokuwiki, smb: better left out of the file: `password_env` names the variable that holds it."""
+    password_env: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    """dokuwiki, smb: the bound on each call to the server."""
     url: str | None = None
     """dokuwiki: the wiki's base URL (its remote API is <url>/lib/exe/xmlrpc.php)."""
     user: str | None = None
-    password: SecretStr | None = None
-    password_env: str | None = None
-    """dokuwiki: the environment variable holding the password, when it is not in the settings."""
-    timeout_s: float = Field(default=30.0, gt=0)
+    """dokuwiki: a superuser of the wiki allowed to use the remote API."""
+    server: str = ""
+    """smb: the file server's host name or address."""
+    port: int = Field(default=445, gt=0, lt=65536)
+    share: str = ""
+    username: str = ""
+    domain: str = ""
+    share_open: bool = False
+    """smb: the share's own ACL grants every user (for a server, like Samba, that does not hand it out)."""
 
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
-        remote = (self.url, self.user, self.password, self.password_env)
+        given = self.model_fields_set
+        wiki_only: list[str] = [n for n in ("url", "user") if n in given]
+        smb_only: list[str] = [n for n in ("server", "port", "share", "username", "domain", "share_open") if n in given]
+        credentials: list[str] = [n for n in ("password", "password_env") if n in given]
         mapped = bool(self.principals.users or self.principals.groups)
         if self.kind == "dokuwiki":
             if self.path is not None or self.watch or self.ref != "HEAD" or self.subdir:
@@ -157,21 +176,35 @@ class SourceSettings(BaseModel):
                 raise ValueError("a dokuwiki source needs url, user and exactly one of password, password_env")
             if len(self.tenants) != 1:
                 raise ValueError("a dokuwiki source feeds exactly one tenant")
-            if self.permissions != "manifests":
-                raise ValueError("permissions applies to kind = 'drive' only (a wiki's own ACLs decide)")
-            return self
-        if self.path is None:
-            raise ValueError(f"a {self.kind} source needs a path")
-        if any(v is not None for v in remote):
-            raise ValueError("url, user, password and password_env apply to kind = 'dokuwiki' only")
-        if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
-            raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
-        if mapped and self.permissions != "posix":
-            raise ValueError("principals apply to sources whose permissions come from the source (dokuwiki, posix)")
-        if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
-            raise ValueError("ref and subdir apply to kind = 'git' only")
-        if self.kind == "git" and self.watch:
-            raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
+            if smb_only:
+                raise ValueError(f"{', '.join(smb_only)} apply to kind = 'smb' only")
+        elif self.kind == "smb":
+            if not self.server or not self.share:
+                raise ValueError("kind = 'smb' needs server and share")
+            if len(self.tenants) != 1:
+                raise ValueError("kind = 'smb' feeds one tenant: tenants = [\"<one>\"]")
+            if self.watch or self.ref != "HEAD" or self.subdir:
+                raise ValueError("watch, ref and subdir do not apply to kind = 'smb' (it is read every interval_s)")
+            if wiki_only:
+                raise ValueError(f"{', '.join(wiki_only)} apply to kind = 'dokuwiki' only")
+        else:
+            if self.path is None:
+                raise ValueError(f"a {self.kind} source needs a path")
+            if wiki_only or smb_only or credentials:
+                names = ", ".join(wiki_only + smb_only + credentials)
+                raise ValueError(f"{names} apply to kind = 'dokuwiki' or 'smb' only")
+            if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
+                raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
+            if mapped and self.permissions != "posix":
+                raise ValueError(
+                    "principals apply to sources whose permissions come from the source (dokuwiki, smb, posix)"
+                )
+            if self.kind == "drive" and (self.ref != "HEAD" or self.subdir):
+                raise ValueError("ref and subdir apply to kind = 'git' only")
+            if self.kind == "git" and self.watch:
+                raise ValueError("watch applies to kind = 'drive' only (a git source is synced every interval_s)")
+        if self.kind != "drive" and self.permissions != "manifests":
+            raise ValueError("permissions applies to kind = 'drive' only (a wiki's or a share's own ACLs decide)")
         return self
 
 

@@ -37,6 +37,21 @@
     interval_s = 30
     principals = { "@staff" = "group:employees", "bob" = "user:robert" }
 
+    [[sources]]
+    name = "fileserver"
+    kind = "smb"                   # an SMB share: access from each file's NT ACL (connectors.smb)
+    server = "files.example"
+    port = 445
+    share = "docs"
+    path = "/policies"             # the folder on the share ("/" for all of it)
+    username = "ragsync-reader"
+    password_env = "RAGSYNC_SMB_PASSWORD"
+    tenants = ["acme"]             # exactly one
+    share_open = true              # the share's ACL grants every user (Samba does not hand it out)
+    interval_s = 60
+    [sources.principals]           # optional: server names to token names (default: the same name)
+    groups = { "Domain Admins" = "admins" }
+
 `tenants` is declared here, by whoever configures the source, and never taken from a file in it:
 a manifest naming another tenant locks its folder (connectors.access), so a writer of one folder
 cannot move documents into a tenant the source was not meant to feed. Like a webhook's `tenants`.
@@ -62,6 +77,7 @@ is expected, an unknown git ref) is refused when serve starts (`startup_problems
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -110,6 +126,10 @@ def source_problems(source: SourceSettings, home: Path) -> list[str]:
     """Why a declared source cannot be synced at all, checked before serve starts (empty when it can).
 
     A pass would otherwise report the same error every interval while serve looks healthy."""
+    if source.kind == "smb":
+        if source.password_env and source.password_env not in os.environ:
+            return [f"password_env: the variable {source.password_env} is not set"]
+        return []  # the server is asked at each pass: one that is down fails that pass, not serve's start
     if source.kind == "dokuwiki":
         # Its settings only: a wiki that is down now is a failed pass (one ERROR line, nothing
         # deleted) that the next interval retries, not a reason to refuse to serve the other sources.
@@ -190,6 +210,8 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         client = DokuWikiClient(source.url, source.user, dokuwiki_password(source), timeout_s=source.timeout_s)
         principals = principal_map(source.principals)
         return DokuWikiConnector(client, source.name, tenant=source.tenants[0], principals=principals)
+    if source.kind == "smb":
+        return smb_connector(source)
     assert source.path is not None
     if source.kind == "git":
         options: dict[str, Any] = {}
@@ -209,6 +231,33 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         url_base=source.url_base,
         permissions=source.permissions,
         principals=principals,
+    )
+
+
+def smb_connector(source: SourceSettings) -> Any:
+    """The password from the settings, else from the variable `password_env` names, read at each start."""
+    from connectors.smb import SmbConnector, SmbTarget
+
+    password = source.password.get_secret_value() if source.password is not None else ""
+    if not password and source.password_env:
+        password = os.environ.get(source.password_env, "")
+    target = SmbTarget(
+        server=source.server,
+        share=source.share,
+        port=source.port,
+        path=(source.path or Path("/")).as_posix().strip("/").removeprefix("."),
+        username=source.username,
+        password=password,
+        domain=source.domain,
+        timeout_s=source.timeout_s,
+    )
+    return SmbConnector(
+        target,
+        source.name,
+        tenant=source.tenants[0],
+        principals=principal_map(source.principals),
+        share_open=source.share_open,
+        url_base=source.url_base,
     )
 
 

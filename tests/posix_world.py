@@ -29,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from accounts import account_command
+
 from schemas.principal import AccessFilter, Principal
 
 PREFIX = "rspx"
@@ -37,17 +39,17 @@ DIR_MODES = (0o755, 0o750, 0o711, 0o710, 0o701, 0o700, 0o770, 0o705, 0o751, 0o77
 
 
 def run(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    account_command(cmd, check=True)
 
 
 def cleanup_system() -> None:
     """Remove every user and group named with PREFIX (this run's or an interrupted one's)."""
     for p in pwd.getpwall():
         if p.pw_name.startswith(PREFIX):
-            subprocess.run(["userdel", p.pw_name], capture_output=True)
+            account_command(["userdel", p.pw_name])
     for g in grp.getgrall():
         if g.gr_name.startswith(PREFIX):
-            subprocess.run(["groupdel", g.gr_name], capture_output=True)
+            account_command(["groupdel", g.gr_name])
 
 
 @dataclass

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from accounts import account_command
 from click.testing import CliRunner
 from conftest import MODEL_PATH
 from posix_world import Population, Tally, cleanup_system, index_decisions, source_decisions, system_people
@@ -263,7 +264,7 @@ def test_serve_publishes_a_group_membership_change_as_it_happens(base: Path, tmp
             ["useradd", "-M", "-N", "-g", "rspxg00", "-G", "rspxg01", "rspxu00"],
             ["useradd", "-M", "-N", "-g", "rspxg00", "-G", "rspxg01", "rspxu01"],
         ):
-            subprocess.run(cmd, check=True, capture_output=True)
+            account_command(cmd, check=True)
         src = base / "src"
         src.mkdir()
         os.chmod(src, 0o755)
@@ -282,9 +283,9 @@ def test_serve_publishes_a_group_membership_change_as_it_happens(base: Path, tmp
         question = "What is the ledger password for the audit cupboard?"
         with Serve(env) as serve:
             until(lambda: cites(serve.ask(old_token, question), "ledger.md"), 60, "the first pass")
-            subprocess.run(["gpasswd", "-d", "rspxu00", "rspxg01"], check=True, capture_output=True)
+            account_command(["gpasswd", "-d", "rspxu00", "rspxg01"], check=True)
             until(lambda: not cites(serve.ask(old_token, question), "ledger.md"), 30, "gpasswd -d published")
-            subprocess.run(["gpasswd", "-a", "rspxu00", "rspxg01"], check=True, capture_output=True)
+            account_command(["gpasswd", "-a", "rspxu00", "rspxg01"], check=True)
             until(lambda: cites(serve.ask(old_token, question), "ledger.md"), 30, "gpasswd -a published")
     finally:
         cleanup_system()
