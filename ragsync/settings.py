@@ -190,9 +190,12 @@ class SourceSettings(BaseModel):
         else:
             if self.path is None:
                 raise ValueError(f"a {self.kind} source needs a path")
-            if wiki_only or smb_only or credentials:
-                names = ", ".join(wiki_only + smb_only + credentials)
-                raise ValueError(f"{names} apply to kind = 'dokuwiki' or 'smb' only")
+            if smb_only:
+                raise ValueError(f"{', '.join(smb_only)} apply to kind = 'smb' only")
+            if wiki_only:
+                raise ValueError(f"{', '.join(wiki_only)} apply to kind = 'dokuwiki' only")
+            if credentials:
+                raise ValueError(f"{', '.join(credentials)} apply to kind = 'dokuwiki' or 'smb' only")
             if self.permissions == "posix" and (self.kind != "drive" or len(self.tenants) != 1):
                 raise ValueError("permissions = 'posix' applies to kind = 'drive' with exactly one tenant")
             if mapped and self.permissions != "posix":
