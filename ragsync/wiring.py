@@ -205,6 +205,10 @@ class Components:
             from query.anthropic_model import AnthropicModel
 
             return AnthropicModel.from_settings(self.settings)
+        if self.settings.model == "openai":
+            from ragsync.openai_model import openai_model_from_settings
+
+            return openai_model_from_settings(self.settings)
         from query.extractive import ExtractiveModel
 
         return ExtractiveModel(self.embedder)
