@@ -13,7 +13,11 @@ almost no words with the sentence that answers it:
 
 It abstains when the best sentence is not close enough in meaning (`min_meaning`) or scores too
 low overall (`min_score`), and whenever the question names something (an identifier, a product, an
-acronym: `named_terms`) that no passage of the evidence mentions. Cross-references ("See ...") are
+acronym: `named_terms`) that no passage of the evidence mentions, unless that name is only a
+reference number in a qualifier ("for order 3-4", ", ticket 9-9": query.reading.set_aside), which a
+careful reader sets aside and answers the rest. A question's type words (window, deadline, cost, fee,
+how many: query.reading) count as covered by a sentence holding a value of their kind (a duration, an
+amount of money, a count), so "What is the refund window?" finds "within 45 days". Cross-references ("See ...") are
 never quoted: they say where an answer is. The weights were calibrated on the Python and Git manual
 sets; `min_score` is set by bench/calibrate_answers.py on all three sets (Python, Git, flex): the
 highest score of any question that must abstain (unanswerable or denied by design) plus a margin as
@@ -37,6 +41,7 @@ import numpy as np
 
 from indexer.ports import Embedder
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
+from query.reading import answer_kinds_met, asked_kinds, proper_names, set_aside
 from query.sentences import QUESTION_WORDS, content_terms, embedding_text, is_pointer, named_terms, sentences
 from schemas.text import query_terms
 
@@ -89,6 +94,7 @@ class ExtractiveModel:
     def candidates(self, question: str, evidence: Sequence[Evidence]) -> list[Candidate]:
         """Every quotable sentence of the evidence, best first (ties: earlier passage, then earlier sentence)."""
         wanted = content_terms(question)
+        asked = asked_kinds(question)
         items: list[tuple[int, Evidence, str, float]] = []
         for order, ev in enumerate(evidence):
             heading_terms = content_terms(ev.heading)
@@ -102,7 +108,9 @@ class ExtractiveModel:
                 own = content_terms(sentence)
                 in_row = bool(header) and _is_row(sentence) and sentence != header
                 context = heading_terms | header_terms if in_row else heading_terms
-                coverage = len(wanted & (own | context)) / len(wanted) if wanted else 0.0
+                covered = wanted & (own | context)
+                covered |= answer_kinds_met(asked, sentence) & wanted
+                coverage = len(covered) / len(wanted) if wanted else 0.0
                 if self.embedder is None and not own & wanted:
                     continue
                 items.append((order, ev, sentence, coverage))
@@ -142,13 +150,21 @@ class ExtractiveModel:
 
     @staticmethod
     def unmentioned_names(question: str, evidence: Sequence[Evidence]) -> list[str]:
-        """The question's names (identifiers, product names, acronyms) that no passage mentions."""
-        seen = " ".join(f"{ev.title} {ev.heading} {ev.text}" for ev in evidence).casefold()
-        return [name for name in named_terms(question) if name.casefold() not in seen]
+        """The question's names (identifiers, product names, acronyms, capitalised phrases of two or
+        more words) that no passage mentions."""
+        seen = " ".join(" ".join(f"{ev.title} {ev.heading} {ev.text}".split()) for ev in evidence).casefold()
+        names = [*named_terms(question), *proper_names(question)]
+        return [name for name in dict.fromkeys(names) if name.casefold() not in seen]
+
+    def reading(self, question: str, evidence: Sequence[Evidence]) -> str | None:
+        """The question to answer: as asked, or without the qualifiers (query.reading.set_aside) that hold
+        the only names no passage mentions; None when a name it is about is missing (abstain)."""
+        missing = self.unmentioned_names(question, evidence)
+        return set_aside(question, missing) if missing else question
 
     def decide(self, turn: ModelTurn) -> ToolCall:
-        missing = self.unmentioned_names(turn.question, turn.evidence)
-        good = [] if missing else self._good(self.candidates(turn.question, turn.evidence))
+        question = self.reading(turn.question, turn.evidence)
+        good = [] if question is None else self._good(self.candidates(question, turn.evidence))
         if good:
             claims = []
             used: set[str] = set()

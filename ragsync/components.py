@@ -206,6 +206,10 @@ class Components:
     def model(self) -> Model:
         if self.settings.model == "anthropic":
             return anthropic_model(self.settings)
+        if self.settings.model == "openai":
+            from ragsync.openai_model import openai_model_from_settings
+
+            return openai_model_from_settings(self.settings)
         from query.extractive import ExtractiveModel
 
         return ExtractiveModel(self.embedder)

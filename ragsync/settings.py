@@ -31,6 +31,7 @@ NOT_SETTINGS = frozenset(
     {
         "RAGSYNC_CONFIG",  # names the settings file itself
         "RAGSYNC_TOKEN",  # `ragsync ask --token`
+        "RAGSYNC_OPENAI_API_KEY",  # model = "openai": the chat server's key (ragsync/openai_model.py)
         # compose/local/services (the no-Docker launcher)
         "RAGSYNC_SERVICES_HOME",
         "RAGSYNC_SERVICES_TIMEOUT",
@@ -314,11 +315,19 @@ class Settings(BaseSettings):
     qdrant_collection: str = "ragsync_passages"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_namespace: str = "ragsync"
-    model: Literal["extractive", "anthropic"] = "extractive"
+    model: Literal["extractive", "anthropic", "openai"] = "extractive"
     anthropic_model: str = "claude-sonnet-4-5"
     anthropic_base_url: str | None = None
     citations: Literal["claims", "native"] = "claims"
     """How the Anthropic model cites: a claim schema in a tool call, or the API's native citations."""
+    # model = "openai": an OpenAI-compatible chat server the user runs (vLLM, Ollama, llama.cpp's server);
+    # its key, if it wants one, comes from RAGSYNC_OPENAI_API_KEY only (never a settings file or dump).
+    openai_base_url: str | None = None
+    """e.g. http://127.0.0.1:8000/v1 (vLLM), http://127.0.0.1:11434/v1 (Ollama); POSTs go to <url>/chat/completions."""
+    openai_model: str = ""
+    openai_timeout_s: float = Field(default=30.0, gt=0)
+    openai_tool_choice: Literal["required", "auto"] = "required"
+    """"auto" for servers that refuse "required"; a reply without a tool call abstains either way."""
 
     sources: list[SourceSettings] = Field(default_factory=list)  # [[sources]]: synced on schedule by `serve`
 
