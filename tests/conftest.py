@@ -57,6 +57,7 @@ SLOW_MODULES = frozenset(
         "test_commands_beside_serve",
         "test_console",
         "test_deletion_physical",
+        "test_dokuwiki_source",
         "test_end_to_end",
         "test_erasure",
         "test_isolation_property",
@@ -64,14 +65,17 @@ SLOW_MODULES = frozenset(
         "test_kafka_unreachable",
         "test_operator_key",
         "test_order_property",
+        "test_posix_permissions",
         "test_publish_failure",
         "test_serve",
+        "test_serve_idle",
         "test_serve_sources",
         "test_serve_visibility",
         "test_version_access_property",
     }
 )
-"""Modules that start processes (serve, workers, Kafka clients) or run many real syncs: the full run only."""
+"""Modules that start processes (serve, workers, Kafka clients, a wiki or file server) or run many real syncs:
+the full run only."""
 
 CLUSTER_PARAMS = ("elasticsearch", "qdrant-server", "redis", "kafka")
 
