@@ -163,6 +163,50 @@ def test_a_file_whose_descriptor_cannot_be_read_is_readable_by_nobody(samba: Non
     assert report.scan.deletes == 0
 
 
+@pytest.mark.slow  # the real Samba and real syncs: the full run only (scripts/test.sh --fast skips it)
+def test_an_acl_only_edit_is_seen_by_the_next_pass_on_the_kept_session(
+    samba: None, components: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The speed-ups (one session kept between passes, descriptors pipelined in batches, content of an
+    unchanged file never re-read) must never skip an ACL comparison: smbcacls changes neither size nor
+    write time, and the next pass still sees it; in the same batch, a file whose descriptor the
+    connector may not read becomes readable by nobody and is reported; nothing is deleted."""
+    import connectors.smb as smb_module
+
+    monkeypatch.setattr(smb_module, "PIPELINE", 3)  # 8 files: three batches, edits in two of them
+    world = w.build_world(n_users=2, n_groups=1, n_files=0, seed=5)
+    ann = world.users[0]
+    w.smbclient('mkdir "k"')
+    w.smbcacls("k", "--set", ",".join([w.ace(w.svc.SMB_USER, True, w.INHERIT), w.ace(ann, True, w.INHERIT)]))
+    local = Path(w.svc.SHARE_PATH.parent / "upload.md")
+    names = [f"k/f{i}.md" for i in range(8)]
+    for i, name in enumerate(names):
+        local.write_text(f"# File {i}\n\nThe canary is smbkept{i}.\n")
+        w.smbclient(f'put "{local}" "{name}"')
+        w.smbcacls(name, "--set", ",".join([w.ace(w.svc.SMB_USER, True, right="FULL"), w.ace(ann, True)]))
+    smb = connector()
+    sync_source(components, smb)
+    assert all(visible(components, ann, (), n) for n in names)
+    session = smb._session
+    revoked, unreadable = names[1], names[4]
+    w.smbcacls(revoked, "-D", w.ace(ann, True))  # an ACL-only edit: size and write time unchanged
+    w.smbcacls(unreadable, "--set", w.ace(ann, True))  # the connector's account loses READ_CONTROL
+    report = sync_source(components, smb)
+    assert smb._session is session, "the pass was meant to run on the kept session"
+    assert not visible(components, ann, (), revoked), "an ACL-only edit missed by the next pass"
+    assert not visible(components, ann, (), unreadable), "an unreadable descriptor kept its readers"
+    assert any(line.startswith(f"{unreadable}: security descriptor unreadable") for line in report.scan.narrowed)
+    assert all(visible(components, ann, (), n) for n in names if n not in (revoked, unreadable))
+    assert (report.scan.upserts, report.scan.acl_changes, report.scan.deletes) == (0, 2, 0)
+
+    smb._session.conn.getSMBServer()._NetBIOSSession.close()  # the kept connection dies between passes
+    w.smbcacls(names[7], "-D", w.ace(ann, True))
+    report = sync_source(components, smb)
+    assert smb._session is not session, "a dead kept session is replaced, not a failed pass"
+    assert not visible(components, ann, (), names[7])
+    assert report.scan.deletes == 0
+
+
 def test_a_deny_for_a_sid_the_server_does_not_list_applies_to_everyone() -> None:
     """Pure: a deny naming a SID outside the directory (a BUILTIN alias, a Unix group) shuts out every
     user it might name, and an allow for one grants nobody; both are reported."""
