@@ -126,6 +126,7 @@ def main() -> int:
         print("samba is not running: compose/local/services up samba", file=sys.stderr)
         return 2
     populate(args.revocations)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="ragsync-bench-smb-revocation-") as tmp:
         root = Path(tmp)
         home = root / "home"
@@ -187,6 +188,8 @@ def main() -> int:
             "goal_p99_s": args.interval + 2.0,
             "latency": "smbcacls -D returned -> first answer (/v1/ask as the revoked user) without the file",
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "load_avg_start": [round(x, 2) for x in load_before],
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
             "command": "python3 bench/source_revocation_smb.py " + " ".join(sys.argv[1:]),
         },
     }

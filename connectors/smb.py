@@ -217,9 +217,9 @@ class _Session:
 
     def directory(self) -> SamDirectory:
         """The server's own domain (not Builtin): its users, their domain groups, its groups."""
-        from impacket.dcerpc.v5 import samr, transport
+        from impacket.dcerpc.v5 import samr
 
-        rpc = transport.SMBTransport(self.target.server, self.target.port, r"\samr", smb_connection=self.conn)
+        rpc = _pipe(self, r"\samr")
         dce = rpc.get_dce_rpc()
         dce.connect()
         try:
@@ -240,7 +240,8 @@ class _Session:
             for u in _enumerate(dce, samr.hSamrEnumerateUsersInDomain, handle):
                 user = samr.hSamrOpenUser(dce, handle, samr.MAXIMUM_ALLOWED, u["RelativeId"])["UserHandle"]
                 member = samr.hSamrGetGroupsForUser(dce, user)["Groups"]["Groups"]
-                samr.hSamrCloseHandle(dce, user)
+                # Not closed one by one (a round trip per user each pass): the server frees every
+                # handle of the pipe when it is closed below.
                 users[f"{domain_sid}-{u['RelativeId']}"] = (
                     str(u["Name"]),
                     frozenset(f"{domain_sid}-{g['RelativeId']}" for g in member),
@@ -251,9 +252,9 @@ class _Session:
 
     def share_descriptor(self) -> Descriptor | None:
         """The share's ACL when the server hands it out (NetrShareGetInfo 502), else None."""
-        from impacket.dcerpc.v5 import srvs, transport
+        from impacket.dcerpc.v5 import srvs
 
-        rpc = transport.SMBTransport(self.target.server, self.target.port, r"\srvsvc", smb_connection=self.conn)
+        rpc = _pipe(self, r"\srvsvc")
         dce = rpc.get_dce_rpc()
         dce.connect()
         try:
@@ -269,12 +270,12 @@ class _Session:
 
     def names(self, sids: Collection[str]) -> dict[str, str]:
         """Display names for SIDs (LSA LookupSids); those the server cannot name are left out."""
-        from impacket.dcerpc.v5 import lsad, lsat, transport
+        from impacket.dcerpc.v5 import lsad, lsat
         from impacket.dcerpc.v5.dtypes import MAXIMUM_ALLOWED
 
         if not sids:
             return {}
-        rpc = transport.SMBTransport(self.target.server, self.target.port, r"\lsarpc", smb_connection=self.conn)
+        rpc = _pipe(self, r"\lsarpc")
         dce = rpc.get_dce_rpc()
         dce.connect()
         try:
@@ -299,6 +300,47 @@ class _Session:
             return {}
         finally:
             dce.disconnect()
+
+
+FSCTL_PIPE_TRANSCEIVE = 0x0011C017
+SMB2_0_IOCTL_IS_FSCTL = 0x1
+
+
+def _pipe(session: _Session, name: str) -> Any:
+    """A DCE/RPC transport on the session whose calls are one round trip (FSCTL_PIPE_TRANSCEIVE: the
+    request written and its first reply fragment read in one SMB2 IOCTL) instead of a write and a
+    read. Why: a pass asks SAMR two calls per user, the longest part of a pass once descriptors are
+    pipelined. Further fragments of a long reply, and SMB1, go impacket's way (read)."""
+    from impacket.dcerpc.v5 import transport
+    from impacket.smb3 import SMB3
+
+    class Transceive(transport.SMBTransport):  # type: ignore[misc]
+        reply: bytes | None = None
+
+        def send(self, data: bytes, forceWriteAndx: int = 0, forceRecv: int = 0) -> None:
+            smb = session.conn._SMBConnection
+            if not isinstance(smb, SMB3) or (self._max_send_frag and len(data) > self._max_send_frag):
+                super().send(data, forceWriteAndx, forceRecv)
+                return
+            self.reply = bytes(
+                smb.ioctl(
+                    self._SMBTransport__tid,
+                    self._SMBTransport__handle,
+                    FSCTL_PIPE_TRANSCEIVE,
+                    SMB2_0_IOCTL_IS_FSCTL,
+                    data,
+                    maxInputResponse=0,
+                    maxOutputResponse=65536,
+                )
+            )
+
+        def recv(self, forceRecv: int = 0, count: int = 0) -> bytes:
+            if self.reply is not None:
+                reply, self.reply = self.reply, None
+                return reply
+            return bytes(super().recv(forceRecv, count))
+
+    return Transceive(session.target.server, session.target.port, name, smb_connection=session.conn)
 
 
 def _enumerate(dce: Any, call: Callable[..., Any], handle: Any) -> list[Any]:
