@@ -102,7 +102,7 @@ def main() -> None:
             config.write_text(
                 "[[sources]]\n"
                 'name = "wiki"\nkind = "dokuwiki"\n'
-                f'url = "{wiki.url}"\nuser = "{ADMIN}"\npassword_env = "BENCH_WIKI_PASSWORD"\n'
+                f'url = "{wiki.url}"\nusername = "{ADMIN}"\npassword_env = "BENCH_WIKI_PASSWORD"\n'
                 f'tenants = ["acme"]\ninterval_s = {args.interval}\n'
             )
             home = root / "home"

@@ -4,7 +4,7 @@
     name = "wiki"
     kind = "dokuwiki"
     url = "https://wiki.example"       # the wiki's base URL (…/lib/exe/xmlrpc.php is the API)
-    user = "ragsync"                   # a member of the wiki's `remoteuser` and superuser group
+    username = "ragsync"               # a member of the wiki's `remoteuser` and superuser group
     password_env = "WIKI_PASSWORD"     # or password = "…" in the settings file
     tenants = ["acme"]
 

@@ -152,29 +152,38 @@ class SourceSettings(BaseModel):
     """dokuwiki, smb: the bound on each call to the server."""
     url: str | None = None
     """dokuwiki: the wiki's base URL (its remote API is <url>/lib/exe/xmlrpc.php)."""
-    user: str | None = None
-    """dokuwiki: a superuser of the wiki allowed to use the remote API."""
     server: str = ""
     """smb: the file server's host name or address."""
     port: int = Field(default=445, gt=0, lt=65536)
     share: str = ""
     username: str = ""
+    """dokuwiki, smb: the account ragsync logs in as (a wiki superuser allowed to use the remote API; a
+    reader of the share). One name for both kinds: the wiki's former `user` is refused with a pointer."""
     domain: str = ""
     share_open: bool = False
     """smb: the share's own ACL grants every user (for a server, like Samba, that does not hand it out)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """Why refused rather than aliased: two accepted spellings of one setting is what made the
+        settings confusing; a one-line error at start costs one edit and can never half-apply."""
+        if isinstance(data, dict) and "user" in data:
+            raise ValueError("`user` is now `username` (one name for dokuwiki and smb): write username = ...")
+        return data
+
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
         given = self.model_fields_set
-        wiki_only: list[str] = [n for n in ("url", "user") if n in given]
-        smb_only: list[str] = [n for n in ("server", "port", "share", "username", "domain", "share_open") if n in given]
-        credentials: list[str] = [n for n in ("password", "password_env") if n in given]
+        wiki_only: list[str] = [n for n in ("url",) if n in given]
+        smb_only: list[str] = [n for n in ("server", "port", "share", "domain", "share_open") if n in given]
+        credentials: list[str] = [n for n in ("username", "password", "password_env") if n in given]
         mapped = bool(self.principals.users or self.principals.groups)
         if self.kind == "dokuwiki":
             if self.path is not None or self.watch or self.ref != "HEAD" or self.subdir:
-                raise ValueError("a dokuwiki source takes url, user and a password, not path, watch, ref or subdir")
-            if not self.url or not self.user or (self.password is None) == (self.password_env is None):
-                raise ValueError("a dokuwiki source needs url, user and exactly one of password, password_env")
+                raise ValueError("a dokuwiki source takes url, username and a password, not path, watch, ref or subdir")
+            if not self.url or not self.username or (self.password is None) == (self.password_env is None):
+                raise ValueError("a dokuwiki source needs url, username and exactly one of password, password_env")
             if len(self.tenants) != 1:
                 raise ValueError("a dokuwiki source feeds exactly one tenant")
             if smb_only:

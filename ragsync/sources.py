@@ -31,7 +31,7 @@
     name = "intranet"
     kind = "dokuwiki"              # a DokuWiki read through its remote API (connectors.dokuwiki)
     url = "https://wiki.example"
-    user = "ragsync"               # a superuser of the wiki, allowed to use the remote API
+    username = "ragsync"           # a superuser of the wiki, allowed to use the remote API
     password_env = "WIKI_PASSWORD" # or password = "..." here; never read from synced content
     tenants = ["acme"]             # exactly one: the wiki's pages all belong to it
     interval_s = 30
@@ -110,13 +110,15 @@ def principal_map(principals: PrincipalsSettings) -> PrincipalMap:
     return PrincipalMap(users=dict(principals.users), groups=dict(principals.groups))
 
 
-def dokuwiki_password(source: SourceSettings) -> str:
-    """From the settings or the environment only; a missing variable is a one-line error."""
-    import os
-
+def source_password(source: SourceSettings) -> str:
+    """A dokuwiki's or an SMB share's password: from the settings, else from the variable `password_env`
+    names (read at each start, never from synced content); a variable that is not set is a one-line
+    error. Neither given is "" (an SMB server may take a login without one)."""
     if source.password is not None:
         return source.password.get_secret_value()
-    value = os.environ.get(source.password_env or "")
+    if not source.password_env:
+        return ""
+    value = os.environ.get(source.password_env)
     if not value:
         raise ValueError(f"the environment variable {source.password_env} (password_env) is not set")
     return value
@@ -206,8 +208,8 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
     if source.kind == "dokuwiki":
         from connectors.dokuwiki import DokuWikiClient, DokuWikiConnector
 
-        assert source.url is not None and source.user is not None
-        client = DokuWikiClient(source.url, source.user, dokuwiki_password(source), timeout_s=source.timeout_s)
+        assert source.url is not None
+        client = DokuWikiClient(source.url, source.username, source_password(source), timeout_s=source.timeout_s)
         principals = principal_map(source.principals)
         return DokuWikiConnector(client, source.name, tenant=source.tenants[0], principals=principals)
     if source.kind == "smb":
@@ -235,12 +237,10 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
 
 
 def smb_connector(source: SourceSettings) -> Any:
-    """The password from the settings, else from the variable `password_env` names, read at each start."""
+    """An SMB share's connector (its password: source_password)."""
     from connectors.smb import SmbConnector, SmbTarget
 
-    password = source.password.get_secret_value() if source.password is not None else ""
-    if not password and source.password_env:
-        password = os.environ.get(source.password_env, "")
+    password = source_password(source)
     target = SmbTarget(
         server=source.server,
         share=source.share,

@@ -58,7 +58,7 @@ def _connector(wiki: Wiki, tmp_path: Path) -> DokuWikiConnector:
         name=SOURCE,
         kind="dokuwiki",
         url=wiki.url,
-        user="ragsync-admin",
+        username="ragsync-admin",
         password=wiki.client._password,
         tenants=(TENANT,),
     )
@@ -231,9 +231,17 @@ def test_permissions_that_cannot_be_read_make_every_page_readable_by_nobody(wiki
 def test_a_dokuwiki_source_is_declared_with_url_credentials_one_tenant_and_principals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    base = {"name": "intranet", "kind": "dokuwiki", "url": "http://127.0.0.1:9", "user": "bot", "tenants": ("acme",)}
+    base = {
+        "name": "intranet",
+        "kind": "dokuwiki",
+        "url": "http://127.0.0.1:9",
+        "username": "bot",
+        "tenants": ("acme",),
+    }
     with pytest.raises(ValueError, match="exactly one of password, password_env"):
         SourceSettings(**base)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`user` is now `username`"):  # one name for dokuwiki and smb
+        SourceSettings(**{**{k: v for k, v in base.items() if k != "username"}, "user": "bot", "password": "x"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="exactly one tenant"):
         SourceSettings(**{**base, "password": "x", "tenants": ("acme", "globex")})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not path"):
@@ -268,7 +276,7 @@ def test_full_passes_start_every_interval_from_the_start_of_the_last_one(tmp_pat
         name="intranet",
         kind="dokuwiki",
         url="http://127.0.0.1:9",
-        user="bot",
+        username="bot",
         password="x",  # type: ignore[arg-type]
         tenants=("acme",),
         interval_s=2.0,
