@@ -107,21 +107,24 @@ class PrincipalsSettings(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _flat_form(cls, data: Any) -> Any:
-        """Also `principals = { "@hr" = "group:people", "bob" = "user:robert", "eve" = "" }`, as a wiki
-        writes its principals (`@` marks a group); the target must be of the same kind or ""."""
+    def _one_form(cls, data: Any) -> Any:
+        """One form for every kind: the tables `users` and `groups`. The wiki-style flat form
+        (`{ "@hr" = "group:people" }`) is refused with its table equivalent in the message: two forms
+        of one setting made reviewers ask which wins when both are written."""
         if not isinstance(data, dict) or set(data) <= {"users", "groups"}:
             return data
         users: dict[str, str] = {}
         groups: dict[str, str] = {}
         for name, target in data.items():
-            if not isinstance(name, str) or not isinstance(target, str):
-                raise ValueError("principals: names and targets are strings")
-            kind = "group" if name.startswith("@") else "user"
-            if target and not target.startswith(f"{kind}:"):
-                raise ValueError(f"principals: {name!r} is a {kind}: it maps to '{kind}:<name>' or '', not {target!r}")
-            (groups if kind == "group" else users)[name.removeprefix("@")] = target.removeprefix(f"{kind}:")
-        return {"users": users, "groups": groups}
+            if isinstance(name, str) and isinstance(target, str):
+                kind = "group" if name.startswith("@") else "user"
+                (groups if kind == "group" else users)[name.removeprefix("@")] = target.removeprefix(f"{kind}:")
+        tables = ", ".join(
+            f"{key} = {{ {', '.join(f'{n!r} = {t!r}' for n, t in found.items())} }}".replace("'", '"')
+            for key, found in (("users", users), ("groups", groups))
+            if found
+        )
+        raise ValueError(f"principals: write the tables users and groups, e.g. [sources.principals] {tables}")
 
 
 class SourceSettings(BaseModel):

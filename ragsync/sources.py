@@ -35,7 +35,9 @@
     password_env = "WIKI_PASSWORD" # or password = "..." here; never read from synced content
     tenants = ["acme"]             # exactly one: the wiki's pages all belong to it
     interval_s = 30
-    principals = { "@staff" = "group:employees", "bob" = "user:robert" }
+    [sources.principals]           # the same tables for every kind (default: the same names)
+    users = { "bob" = "robert" }
+    groups = { "staff" = "employees" }
 
     [[sources]]
     name = "fileserver"

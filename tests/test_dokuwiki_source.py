@@ -246,12 +246,12 @@ def test_a_dokuwiki_source_is_declared_with_url_credentials_one_tenant_and_princ
         SourceSettings(**{**base, "password": "x", "tenants": ("acme", "globex")})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not path"):
         SourceSettings(**{**base, "password": "x", "path": tmp_path})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="maps to 'group:<name>'"):
-        SourceSettings(**{**base, "password": "x", "principals": {"@hr": "user:hr"}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r'write the tables users and groups, e\.g\. .*groups = \{ "hr" = "people" \}'):
+        SourceSettings(**{**base, "password": "x", "principals": {"@hr": "group:people"}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="apply to kind = 'dokuwiki' only"):
         SourceSettings(name="d", path=tmp_path, tenants=("acme",), url="http://x")
     source = SourceSettings(
-        **{**base, "password_env": "WIKI_PW", "principals": {"@hr": "group:people", "eve": ""}}  # type: ignore[arg-type]
+        **{**base, "password_env": "WIKI_PW", "principals": {"groups": {"hr": "people"}, "users": {"eve": ""}}}  # type: ignore[arg-type]
     )
     assert "hunter2" not in repr(SourceSettings(**{**base, "password": "hunter2"}))  # type: ignore[arg-type]
     monkeypatch.delenv("WIKI_PW", raising=False)
