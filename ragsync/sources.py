@@ -100,10 +100,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEBOUNCE_S = 0.3
+DEBOUNCE_S = 0.1
 MAX_DELAY_S = 2.0
 """A pass starts once files were quiet for DEBOUNCE_S, or MAX_DELAY_S after the first change of a
-burst that does not stop (a long copy still gets published as it goes)."""
+burst that does not stop (a long copy still gets published as it goes). 0.1 s, not 0.3: a chmod or a
+setfacl is one event, and the wait was most of a POSIX revocation's time before its pass; a change
+pass never deletes, so one that starts inside a burst costs a listing, never a wrong answer."""
 IDLE_CAP_S = 5.0
 """The longest an idle scheduler sleeps without a change or a full pass due (a clock that jumped)."""
 
@@ -300,7 +302,7 @@ class SourceRunner:
 class Scheduler:
     """The owner's thread that syncs the declared sources: publishes only; the owner's worker applies."""
 
-    def __init__(self, components: Any, sources: Sequence[SourceSettings], *, tick_s: float = 0.1) -> None:
+    def __init__(self, components: Any, sources: Sequence[SourceSettings], *, tick_s: float = 0.05) -> None:
         self.components = components
         self.runners = [SourceRunner(s, components.settings.home) for s in sources]
         self.tick_s = tick_s

@@ -138,7 +138,7 @@ def reset_share(keep: frozenset[str] = frozenset()) -> None:
 
 
 def build_world(n_users: int, n_groups: int, n_files: int, seed: int, keep: frozenset[str] = frozenset()) -> World:
-    """`keep`: top folders of the share left alone (bench/source_revocation_smb.py's, when both benches run)."""
+    """`keep`: top folders of the share left alone (bench/source_revocation.py --kind smb's, when both benches run)."""
     rng = random.Random(seed)
     users = [f"{PREFIX}u{i:02d}" for i in range(n_users)]
     groups = {f"{PREFIX}g{i}": set(rng.sample(users, rng.randint(2, max(2, n_users // 3)))) for i in range(n_groups)}
