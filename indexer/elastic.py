@@ -35,230 +35,39 @@ extra segments). `modules()` reports what the server has, for operators and test
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
-import re
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import ApiError, BadRequestError, Elasticsearch, TransportError
-
-from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, since_text, since_token
-from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage, StoreUnavailable
-from schemas._time import to_epoch_ms
+from indexer.elastic_client import (
+    BULK_CHUNK,
+    PAGE_SIZE,
+    WRITE_ATTEMPTS,
+    ElasticWriteError,
+    doc_key,
+    raise_bulk_errors,
+    reading,
+)
+from indexer.elastic_client import (
+    ElasticUnavailable as ElasticUnavailable,  # re-export: the error a read raises
+)
+from indexer.elastic_indexes import ElasticPassageIndexes
+from indexer.elastic_mapping import SEARCH_FIELDS_ADDED, access_query, open_at
+from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, since_text
+from indexer.ports import (
+    DEFAULT_FIELD_WEIGHTS,
+    DEFAULT_LEXICAL_ANALYZER,
+    FieldWeights,
+    Hit,
+    LexicalAnalyzer,
+    StoredPassage,
+)
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
 from schemas.text import query_terms
 
-log = logging.getLogger(__name__)
 
-INDEX_GENERATION = 1
-"""Suffix of the concrete index behind each tenant alias (`-v1`); bump it with a new mapping."""
-
-
-BULK_CHUNK = 500
-"""Operations per `_bulk` request: bounds request size for large documents."""
-
-PAGE_SIZE = 1000
-"""Passages per page when listing one document's passages for an update or delete."""
-
-WRITE_ATTEMPTS = 5
-"""Re-read-and-retry rounds when an optimistic-concurrency update meets a concurrent write."""
-
-PURGE_TIMEOUT_S = 45.0
-"""A purge waits this long for the shards' retention leases (renewed every 30 s) to pass its deletions."""
-
-MAX_ID_BYTES = 512
-"""Elasticsearch rejects longer `_id`s; longer passage IDs are hashed (see `doc_key`)."""
-
-_PREFIX = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
-
-
-class ElasticUnavailable(StoreUnavailable):
-    """A read Elasticsearch could not answer: unreachable, overloaded, or shards not yet started.
-
-    A question then fails with this one line (CLI exit 1, API 503) rather than a traceback, and never
-    with fewer filters or fewer rankers than it asked for.
-    """
-
-
-@contextlib.contextmanager
-def _reading(what: str) -> Iterator[None]:
-    try:
-        yield
-    except TransportError as exc:  # connection refused, timeouts: no HTTP answer at all
-        raise ElasticUnavailable(f"Elasticsearch could not be reached for {what}: {type(exc).__name__}") from exc
-    except ApiError as exc:
-        if exc.meta.status < 500 and exc.meta.status != 429:
-            raise
-        raise ElasticUnavailable(f"Elasticsearch could not answer {what}: HTTP {exc.meta.status} {exc.error}") from exc
-
-
-class ElasticWriteError(RuntimeError):
-    """A bulk item failed. The caller's event stays uncommitted and is retried."""
-
-
-def connect(url: str, *, request_timeout: float = 30.0, max_retries: int = 3) -> Elasticsearch:
-    """One client per adapter: retries timeouts and overload (429/502/503/504) with backoff."""
-    return Elasticsearch(
-        url,
-        request_timeout=request_timeout,
-        max_retries=max_retries,
-        retry_on_timeout=True,
-        retry_on_status=(429, 502, 503, 504),
-    )
-
-
-def check_prefix(prefix: str) -> str:
-    """Index names must be lowercase and may not start with `-`, `_` or `+`."""
-    if not _PREFIX.match(prefix):
-        raise ValueError(f"index prefix must match {_PREFIX.pattern}: {prefix!r}")
-    return prefix
-
-
-def tenant_slug(tenant: str) -> str:
-    """Lower-case tenant plus a hash of the exact name: `Acme` and `acme` get different indexes."""
-    return f"{tenant.lower()}-{hashlib.sha256(tenant.encode()).hexdigest()[:8]}"
-
-
-def doc_key(passage_id: str) -> str:
-    """`_id` = passage_id; a passage ID over 512 bytes (doc IDs may be 1024 chars) is hashed.
-
-    A hashed key cannot collide with a real passage ID: those always contain `@` and `#`.
-    """
-    if len(passage_id.encode()) <= MAX_ID_BYTES:
-        return passage_id
-    return "sha256:" + hashlib.sha256(passage_id.encode()).hexdigest()
-
-
-def raise_bulk_errors(response: Mapping[str, Any], *, ignore_missing: bool = True) -> list[dict[str, Any]]:
-    """Raise on failed items; return the version conflicts (409) for the caller to retry."""
-    conflicts: list[dict[str, Any]] = []
-    failures: list[str] = []
-    for item in response.get("items", []):
-        ((action, result),) = item.items()
-        status = int(result.get("status", 200))
-        if status < 300:
-            continue
-        if status == 404 and ignore_missing and action in ("update", "delete"):
-            continue  # the passage is already gone: nothing to revoke or delete
-        if status == 409:
-            conflicts.append(result)
-            continue
-        failures.append(f"{action} {result.get('_id')}: {status} {result.get('error')}")
-    if failures:
-        raise ElasticWriteError(f"{len(failures)} bulk item(s) failed, first: {failures[0]}")
-    return conflicts
-
-
-def _open_at(field: str, at: str) -> dict[str, Any]:
-    """Validity still open at the instant: no end, or an end strictly after it."""
-    return {
-        "bool": {
-            "should": [
-                {"bool": {"must_not": {"exists": {"field": field}}}},
-                {"range": {field: {"gt": at}}},
-            ],
-            "minimum_should_match": 1,
-        }
-    }
-
-
-def access_query(access: AccessFilter) -> list[dict[str, Any]]:
-    """Tenant, entries granted as of the instant, validity at the instant: `bool.filter` clauses of
-    every search. An entry matches unless its grant instant (`acl_since.<key>`, fixed-width text in a
-    `flattened` field; absent: from the beginning) is later (schemas.principal.grants_allow)."""
-    as_of = iso(access.as_of)
-    later = {"gt": since_token(to_epoch_ms(access.as_of)), "lte": SINCE_MAX}
-    granted = [
-        {
-            "bool": {
-                "filter": [{"term": {"acl": entry}}],
-                "must_not": [{"range": {f"acl_since.{since_key(entry)}": later}}],
-            }
-        }
-        for entry in access.entries
-    ]
-    return [
-        {"term": {"tenant": access.tenant}},
-        {"terms": {"acl": list(access.entries)}},
-        {"bool": {"should": granted, "minimum_should_match": 1}},
-        {"range": {"effective_from": {"lte": as_of}}},
-        _open_at("superseded_on", as_of),
-    ]
-
-
-SINCE_MAX = "9" * 17
-"""Upper bound of every grant instant token (a range on a keyed `flattened` field needs both bounds)."""
-
-
-def _keyword(**extra: Any) -> dict[str, Any]:
-    return {"type": "keyword", **extra}
-
-
-def passage_mapping(prefix: str, tenant: str, chunker_versions: Sequence[str]) -> dict[str, Any]:
-    """Strict mapping: an unknown field is a bug, not a new dynamically typed column."""
-    return {
-        "dynamic": "strict",
-        "_meta": _meta(prefix, tenant, chunker_versions),
-        "properties": {
-            "passage_id": _keyword(),
-            "doc_id": _keyword(),
-            "tenant": _keyword(),
-            "acl": _keyword(),
-            "anchor": _keyword(ignore_above=2048),
-            "source_url": _keyword(ignore_above=8191),
-            "chunker_version": _keyword(),
-            "version": {"type": "integer"},
-            "effective_from": {"type": "date"},
-            "superseded_on": {"type": "date"},
-            "heading_path": _keyword(ignore_above=2048),
-            "title": {"type": "keyword", "index": False, "doc_values": False},
-            "text": {"type": "text", "analyzer": "standard"},
-            "heading": {"type": "text", "analyzer": "standard"},
-            **_SEARCH_FIELDS_ADDED,
-        },
-    }
-
-
-_SEARCH_FIELDS_ADDED: dict[str, Any] = {
-    "title_text": {"type": "text", "analyzer": "standard"},
-    "acl_since": {"type": "flattened"},
-    "acl_entries_since": {"type": "object", "enabled": False},
-}
-"""Searchable fields added after generation 1 was created: put into existing mappings on first use."""
-
-
-def _meta(prefix: str, tenant: str, chunker_versions: Sequence[str]) -> dict[str, Any]:
-    versions = sorted(set(chunker_versions))
-    return {
-        "ragsync": {"prefix": prefix, "tenant": tenant, "kind": "passages", "generation": INDEX_GENERATION},
-        "chunker_version": versions[-1] if len(versions) == 1 else ",".join(versions),
-        "chunker_versions": versions,
-    }
-
-
-def passage_settings(k1: float, b: float) -> dict[str, Any]:
-    """One shard (exact per-tenant statistics), no replica (single node), BM25 with k1/b.
-
-    The standard analyzer is in the server core; language analyzers and stemmers live in
-    `analysis-common`, which the integ-test distribution lacks, so the mapping does not use them.
-    A 200 ms refresh interval bounds how long a `wait_for` write waits (1 s by default): every
-    event is acknowledged only once visible, so the interval is the per-write latency floor.
-    """
-    return {
-        "number_of_shards": 1,
-        "number_of_replicas": 0,
-        "refresh_interval": "200ms",
-        "merge.policy.expunge_deletes_allowed": 0,
-        "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
-    }
-
-
-class ElasticLexicalIndex:
+class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
 
     def __init__(
@@ -270,211 +79,11 @@ class ElasticLexicalIndex:
         b: float = 0.75,
         refresh: str = "wait_for",
         weights: FieldWeights = DEFAULT_FIELD_WEIGHTS,
+        analyzer: LexicalAnalyzer = DEFAULT_LEXICAL_ANALYZER,
     ) -> None:
-        self._es = connect(url)
+        super().__init__(url, prefix=prefix, k1=k1, b=b, analyzer=analyzer)
         self.weights = weights
-        self.prefix = check_prefix(prefix)
-        self.k1 = k1
-        self.b = b
         self._refresh = refresh
-        self._lock = threading.Lock()
-        self._chunkers: dict[str, set[str]] = {}
-        """alias -> chunker versions recorded in its `_meta`; presence means the alias exists."""
-        self._modules: list[str] | None = None
-
-    # ---- names ---------------------------------------------------------------------------------
-
-    def alias(self, tenant: str) -> str:
-        return f"{self.prefix}-{tenant_slug(tenant)}-passages"
-
-    def index_name(self, tenant: str) -> str:
-        return f"{self.alias(tenant)}-v{INDEX_GENERATION}"
-
-    @property
-    def client(self) -> Elasticsearch:
-        return self._es
-
-    def modules(self) -> list[str]:
-        """Modules and plugins of the first node (e.g. whether `reindex` exists); probed once."""
-        if self._modules is None:
-            info = self._es.nodes.info(metric="plugins")
-            names: set[str] = set()
-            for node in info["nodes"].values():
-                names.update(m["name"] for m in node.get("modules", []))
-                names.update(p["name"] for p in node.get("plugins", []))
-            self._modules = sorted(names)
-        return self._modules
-
-    # ---- index lifecycle -----------------------------------------------------------------------
-
-    def _ensure(self, tenant: str, chunker_versions: set[str]) -> str:
-        """Create the tenant's index and alias on first write; keep `_meta.chunker_version` current."""
-        alias = self.alias(tenant)
-        with self._lock:
-            known = self._chunkers.get(alias)
-        if known is None:
-            known = self._load_or_create(tenant, alias, chunker_versions)
-        if not chunker_versions <= known:
-            merged = known | chunker_versions
-            self._es.indices.put_mapping(index=alias, meta=_meta(self.prefix, tenant, sorted(merged)))
-            known = merged
-        with self._lock:
-            self._chunkers[alias] = known
-        return alias
-
-    def _load_or_create(self, tenant: str, alias: str, chunker_versions: set[str]) -> set[str]:
-        if not self._es.indices.exists_alias(name=alias):
-            index = self.index_name(tenant)
-            created = False
-            try:
-                self._es.indices.create(
-                    index=index,
-                    settings=passage_settings(self.k1, self.b),
-                    mappings=passage_mapping(self.prefix, tenant, sorted(chunker_versions)),
-                )
-                created = True
-            except BadRequestError as exc:
-                if exc.error != "resource_already_exists_exception":
-                    raise
-                # another writer created it (or one crashed before its alias): read its _meta below
-            # The alias is what readers search, so it is added only once the index's shards have
-            # started: an index created with its alias is visible to a reader in another process
-            # before its primary starts, and a search then fails 503 (all shards failed).
-            self._es.cluster.health(index=index, wait_for_status="yellow", timeout="30s")
-            self._es.indices.put_alias(index=index, name=alias, is_write_index=True)
-            if created:
-                return set(chunker_versions)
-        mapping = self._es.indices.get_mapping(index=alias)
-        if any(
-            field not in body["mappings"].get("properties", {})
-            for body in mapping.values()
-            for field in _SEARCH_FIELDS_ADDED
-        ):
-            # Adding a field to a strict mapping is allowed; older passages lack it until re-indexed.
-            self._es.indices.put_mapping(index=alias, properties=_SEARCH_FIELDS_ADDED)
-        recorded: set[str] = set()
-        for body in mapping.values():
-            recorded.update(body["mappings"].get("_meta", {}).get("chunker_versions", []))
-        return recorded
-
-    def passage_indexes(self) -> list[str]:
-        """Every concrete passage index of this prefix (by `_meta`, so `ragsync-test-…` is never included)."""
-        found = self._es.indices.get(index=f"{self.prefix}-*", expand_wildcards="all", allow_no_indices=True)
-        return sorted(
-            name
-            for name, body in found.items()
-            if body.get("mappings", {}).get("_meta", {}).get("ragsync", {}).get("prefix") == self.prefix
-            and body["mappings"]["_meta"]["ragsync"].get("kind") == "passages"
-        )
-
-    def _shard_state(self, index: str) -> dict[str, int]:
-        stats = self._es.indices.stats(index=index, level="shards", metric="docs")
-        (copy,) = [c for c in stats["indices"][index]["shards"]["0"] if c["routing"]["primary"]]
-        leases = copy.get("retention_leases", {}).get("leases", [])
-        return {
-            "max_seq_no": int(copy["seq_no"]["max_seq_no"]),
-            "retained_from": min((int(lease["retaining_seq_no"]) for lease in leases), default=0),
-            "deleted_docs": int(copy["docs"]["deleted"]),
-        }
-
-    def delete_superseded(self, before: datetime) -> list[Passage]:
-        """Delete every passage superseded before the instant (retention), in every tenant index."""
-        at = iso(before)
-        doomed: list[Passage] = []
-        for index in self.passage_indexes():
-            after: list[Any] | None = None
-            ops: list[dict[str, Any]] = []
-            while True:
-                response = self._es.search(
-                    index=index,
-                    query={"bool": {"filter": [{"range": {"superseded_on": {"lt": at}}}]}},
-                    size=PAGE_SIZE,
-                    sort=[{"passage_id": "asc"}],
-                    source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
-                    search_after=after,
-                )
-                hits = response["hits"]["hits"]
-                for h in hits:
-                    doomed.append(doc_to_passage(h["_source"]))
-                    ops.append({"delete": {"_index": index, "_id": h["_id"]}})
-                if len(hits) < PAGE_SIZE:
-                    break
-                after = hits[-1]["sort"]
-            if ops:
-                for start in range(0, len(ops), BULK_CHUNK):
-                    response = self._es.bulk(operations=ops[start : start + BULK_CHUNK], refresh=True)
-                    raise_bulk_errors(response.body)
-        return doomed
-
-    def purge(self, timeout_s: float = PURGE_TIMEOUT_S) -> dict[str, object]:
-        """Make deletions physical: expunge deleted passages from the Lucene segments.
-
-        A deleted document stays in its segment (soft-deleted) while any retention lease may still
-        need its operation; the shard's own peer-recovery lease advances every 30 s. So, per index:
-        note the last operation now, flush (the translog no longer holds it), wait until every lease
-        has passed it, then `_forcemerge?only_expunge_deletes=true` with `expunge_deletes_allowed: 0`,
-        which rewrites every segment holding a deleted document. `complete` is True when every index
-        got that far; a caller covers only deletions made before the call (see ragsync.purge).
-        """
-        import time
-
-        indexes = self.passage_indexes()
-        targets = {index: self._shard_state(index)["max_seq_no"] for index in indexes}
-        if indexes:
-            joined = ",".join(indexes)
-            self._es.indices.put_settings(index=joined, settings={"index.merge.policy.expunge_deletes_allowed": 0})
-            self._es.indices.flush(index=joined)
-        deadline = time.monotonic() + timeout_s
-        waiting = dict(targets)
-        while waiting and time.monotonic() < deadline:
-            waiting = {i: m for i, m in waiting.items() if self._shard_state(i)["retained_from"] <= m}
-            if waiting:
-                time.sleep(1.0)
-        done = [i for i in indexes if i not in waiting]
-        if done:
-            self._es.indices.forcemerge(index=",".join(done), only_expunge_deletes=True)
-        return {
-            "indexes": len(indexes),
-            "expunged": len(done),
-            "complete": not waiting,
-            "deleted_docs_left": {i: self._shard_state(i)["deleted_docs"] for i in indexes},
-        }
-
-    def purge_pending(self) -> int | None:
-        """Elasticsearch says how many deleted documents a purge left (`deleted_docs_left`), not before."""
-        return None
-
-    def merge_step(self) -> bool:
-        """Elasticsearch merges its segments on its own: nothing to do."""
-        return False
-
-    def passages_after(self, cursor: int, limit: int) -> list[tuple[int, Passage]]:
-        """No storage order to walk: a cluster worker embeds every passage when it applies it."""
-        return []
-
-    def counts_by_tenant(self) -> dict[str, int]:
-        """Passages stored per tenant over every passage index of this prefix (a terms aggregation)."""
-        indexes = self.passage_indexes()
-        if not indexes:
-            return {}
-        response = self._es.search(
-            index=",".join(indexes),
-            size=0,
-            aggregations={"tenants": {"terms": {"field": "tenant", "size": 10_000}}},
-        )
-        return {str(b["key"]): int(b["doc_count"]) for b in response["aggregations"]["tenants"]["buckets"]}
-
-    def drop_all(self) -> None:
-        """Delete every passage index of this prefix (their aliases go with them); for tests.
-
-        Only indexes whose `_meta` names this exact prefix are deleted, so `ragsync` never
-        removes `ragsync-test-…` indexes or the doc-state and audit indexes of the same prefix.
-        """
-        doomed = self.passage_indexes()
-        if doomed:
-            self._es.indices.delete(index=",".join(doomed), ignore_unavailable=True)
-        with self._lock:
-            self._chunkers.clear()
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -588,7 +197,7 @@ class ElasticLexicalIndex:
         filters = [
             *self._doc_filters(tenant, doc_id),
             {"range": {"version": {"lt": before_version}}},
-            _open_at("superseded_on", at),
+            open_at("superseded_on", at),
         ]
         for _ in range(WRITE_ATTEMPTS):
             ops: list[dict[str, Any]] = []
@@ -636,7 +245,7 @@ class ElasticLexicalIndex:
                 "operator": "or",
             }
         }
-        with _reading("a search"):
+        with reading("a search"):
             response = self._es.search(
                 index=self.alias(access.tenant),
                 query={"bool": {"must": [match], "filter": access_query(access)}},
@@ -644,7 +253,7 @@ class ElasticLexicalIndex:
                 size=limit,
                 sort=[{"_score": "desc"}, {"passage_id": "asc"}],
                 track_scores=True,
-                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                source_excludes=["heading", *SEARCH_FIELDS_ADDED],
                 ignore_unavailable=True,
                 allow_no_indices=True,
             )
@@ -655,12 +264,12 @@ class ElasticLexicalIndex:
         wanted = list(dict.fromkeys(passage_ids))
         if not wanted or not access.entries:
             return []
-        with _reading("a passage look-up"):
+        with reading("a passage look-up"):
             response = self._es.search(
                 index=self.alias(access.tenant),
                 query={"bool": {"filter": [{"ids": {"values": [doc_key(p) for p in wanted]}}, *access_query(access)]}},
                 size=len(wanted),
-                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                source_excludes=["heading", *SEARCH_FIELDS_ADDED],
                 ignore_unavailable=True,
                 allow_no_indices=True,
             )
@@ -678,7 +287,7 @@ class ElasticLexicalIndex:
                 query={"bool": {"filter": self._doc_filters(tenant, doc_id)}},
                 size=PAGE_SIZE,
                 sort=[{"passage_id": "asc"}],
-                source_excludes=["heading", *_SEARCH_FIELDS_ADDED],
+                source_excludes=["heading", *SEARCH_FIELDS_ADDED],
                 search_after=after,
                 ignore_unavailable=True,
                 allow_no_indices=True,

@@ -14,7 +14,7 @@ from elasticsearch import ConflictError, NotFoundError
 
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
-from indexer.elastic import check_prefix, connect
+from indexer.elastic_client import check_prefix, connect
 from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.ports import DeletionRecord, PurgeRecord
 from schemas._time import from_epoch_ms

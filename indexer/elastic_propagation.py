@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from indexer.elastic import check_prefix, connect
+from indexer.elastic_client import check_prefix, connect
 from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.propagation import PropagationRecord, from_row, to_row
 from schemas._time import to_epoch_ms

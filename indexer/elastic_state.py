@@ -19,7 +19,7 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-from indexer.elastic import check_prefix, connect
+from indexer.elastic_client import check_prefix, connect
 from indexer.ports import DocState, grants_json, with_grants_json
 
 PAGE_SIZE = 1000

@@ -25,6 +25,8 @@ from schemas.errors import (
 )
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
+from schemas.text import DEFAULT_LEXICAL_ANALYZER as DEFAULT_LEXICAL_ANALYZER  # re-export
+from schemas.text import LexicalAnalyzer as LexicalAnalyzer  # re-export
 
 Vectors = npt.NDArray[np.float32]
 

@@ -398,9 +398,8 @@ class IndexSink:
         }
         if recreated:
             details["recreated_at_version"] = state.content_version if state is not None else None
-        forget = getattr(self.embedder, "forget", None)
-        if callable(forget) and stored:
-            forgotten, keys = forget([embedding_text(p) for p in stored])
+        if self.embedder is not None and stored:
+            forgotten, keys = self.embedder.forget([embedding_text(p) for p in stored])
             removed_at[EMBEDDING_CACHE] = self.clock()
             details["embedding_cache_removed"] = forgotten
             details["embedding_keys"] = [k.hex() for k in keys][:MAX_AUDITED_IDS]

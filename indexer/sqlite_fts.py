@@ -9,7 +9,8 @@ Title, heading path and body are three FTS columns weighted apart (`FieldWeights
 heading names the topic of its passages, and the page title does too, but a title is shared by
 every passage of the page (and often ends in a site-wide suffix), so it gets its own column, its
 own length normalisation and a weight of its own instead of inflating the heading's. Tables made
-before the title had a column (`heading, text`) are rebuilt from the `passages` table on open.
+before the title had a column (`heading, text`) are rebuilt from the `passages` table on open, and so
+are tables made with another analyzer (`LexicalAnalyzer`: the tokenizer is part of the table's name).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from indexer.ports import DEFAULT_FIELD_WEIGHTS, FieldWeights, Hit, StoredPassage
+from indexer.ports import (
+    DEFAULT_FIELD_WEIGHTS,
+    DEFAULT_LEXICAL_ANALYZER,
+    FieldWeights,
+    Hit,
+    LexicalAnalyzer,
+    StoredPassage,
+)
 from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
@@ -73,8 +81,16 @@ def _since_json(since: Mapping[str, datetime]) -> str:
     return json.dumps({e: to_epoch_ms(t) for e, t in sorted(since.items())}, separators=(",", ":"))
 
 
-def _fts_name(tenant: str) -> str:
-    return "fts3c_" + hashlib.sha1(tenant.encode()).hexdigest()[:16]
+_TOKENIZERS: dict[LexicalAnalyzer, tuple[str, str]] = {
+    "english": ("fts3c_", "porter unicode61"),
+    "standard": ("fts3s_", "unicode61"),
+}
+"""Table name prefix and FTS5 tokenizer of each analyzer. "english" keeps the prefix tables had
+before the analyzer was a setting, so those homes open unchanged; another prefix is rebuilt."""
+
+
+def _fts_name(tenant: str, analyzer: LexicalAnalyzer) -> str:
+    return _TOKENIZERS[analyzer][0] + hashlib.sha1(tenant.encode()).hexdigest()[:16]
 
 
 def _fts_row(p: Passage) -> tuple[str, str, str]:
@@ -100,9 +116,19 @@ class SqliteLexicalIndex:
 
     name = "sqlite-fts5"
 
-    def __init__(self, path: Path, weights: FieldWeights = DEFAULT_FIELD_WEIGHTS, *, deferred: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        weights: FieldWeights = DEFAULT_FIELD_WEIGHTS,
+        *,
+        deferred: bool = False,
+        analyzer: LexicalAnalyzer = DEFAULT_LEXICAL_ANALYZER,
+    ) -> None:
+        if analyzer not in _TOKENIZERS:
+            raise ValueError(f"unknown lexical analyzer {analyzer!r} (one of {', '.join(_TOKENIZERS)})")
         path.parent.mkdir(parents=True, exist_ok=True)
         self.weights = weights
+        self.analyzer: LexicalAnalyzer = analyzer
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
@@ -131,16 +157,16 @@ class SqliteLexicalIndex:
             self._merge_pending.add(fts)
 
     def _migrate(self) -> None:
-        """Rebuild FTS tables of an older column layout from the passages table, in one transaction."""
+        """Rebuild FTS tables of an older layout or analyzer from the passages table, in one transaction."""
         with self._lock:
             rows = self._conn.execute("SELECT tenant, name FROM fts_tables").fetchall()
-            stale = [(str(t), str(n)) for t, n in rows if str(n) != _fts_name(str(t))]
+            stale = [(str(t), str(n)) for t, n in rows if str(n) != _fts_name(str(t), self.analyzer)]
             if not stale:
                 return
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for tenant, old in stale:
-                    new = _fts_name(tenant)
+                    new = _fts_name(tenant, self.analyzer)
                     self._conn.execute(f"DROP TABLE IF EXISTS {old}")
                     self._conn.execute("DELETE FROM fts_tables WHERE tenant = ?", (tenant,))
                     self._fts(tenant, create=True)
@@ -234,14 +260,15 @@ class SqliteLexicalIndex:
             return False
 
     def _fts(self, tenant: str, create: bool) -> str | None:
-        name = _fts_name(tenant)
+        name = _fts_name(tenant, self.analyzer)
         row = self._conn.execute("SELECT name FROM fts_tables WHERE tenant = ?", (tenant,)).fetchone()
         if row:
             return str(row[0])
         if not create:
             return None
+        tokenizer = _TOKENIZERS[self.analyzer][1]
         self._conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='porter unicode61')"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='{tokenizer}')"
         )
         self._conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
         self._set_automerge(name)

@@ -70,7 +70,12 @@ class ClusterAdapters:
 
         s = self.settings
         return ElasticLexicalIndex(
-            s.es_url, prefix=s.es_index_prefix, k1=s.es_bm25_k1, b=s.es_bm25_b, weights=field_weights(s)
+            s.es_url,
+            prefix=s.es_index_prefix,
+            k1=s.es_bm25_k1,
+            b=s.es_bm25_b,
+            weights=field_weights(s),
+            analyzer=s.lexical_analyzer,
         )
 
     def embedder(self) -> Embedder | None:

@@ -50,7 +50,12 @@ class EmbeddedAdapters:
     def lexical(self) -> LexicalIndex:
         from indexer.sqlite_fts import SqliteLexicalIndex
 
-        return SqliteLexicalIndex(self.home / "lexical.db", field_weights(self.settings), deferred=True)
+        return SqliteLexicalIndex(
+            self.home / "lexical.db",
+            field_weights(self.settings),
+            deferred=True,
+            analyzer=self.settings.lexical_analyzer,
+        )
 
     def embedder(self) -> Embedder | None:
         return build_embedder(self.settings)

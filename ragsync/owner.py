@@ -29,7 +29,6 @@ from ragsync.wiring import Components
 from schemas.retry import Backoff
 from streams.doorbell import Doorbell, FileBell
 from streams.embedded_worker import EmbeddedWorker
-from streams.ports import AppliedJournal
 
 log = logging.getLogger(__name__)
 
@@ -237,5 +236,5 @@ class Owner:
         return report.as_dict()
 
     def committed(self) -> dict[str, int]:
-        events = self.components.events
-        return events.committed_offsets("ragsync-indexer") if isinstance(events, AppliedJournal) else {}
+        journal = self.components.events.journal
+        return journal.committed_offsets("ragsync-indexer") if journal is not None else {}

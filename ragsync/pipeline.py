@@ -30,7 +30,7 @@ from ragsync.wiring import Components
 from schemas.events import Event
 from streams.dispatch import Stats
 from streams.embedded_worker import GROUP, EmbeddedWorker
-from streams.ports import EVENT_TOPICS, AppliedJournal, publish_durably, topic_for
+from streams.ports import EVENT_TOPICS, publish_durably, topic_for
 from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def publish_source(
     """Scan a source into the event log; every event is durable before the connector records it."""
     home = components.settings.home
     events = components.events
-    journal = events if isinstance(events, AppliedJournal) else None
+    journal = events.journal
     with scan_lock(home, connector.name, on_wait=on_wait):
         start = journal.end_offsets(EVENT_TOPICS) if journal else {}
         ids: dict[str, set[str]] = {}
@@ -202,8 +202,8 @@ def wait_applied(
 
     Progress is (applied, total) in records of the ranges this scan published into.
     """
-    events = components.events
-    if not isinstance(events, AppliedJournal):
+    events = components.events.journal
+    if events is None:
         raise TypeError("waiting for an owner needs a log that journals what it applied")
     topics = [t for t in EVENT_TOPICS if published.event_ids.get(t)]
     total = sum(published.end[t] - published.start[t] for t in topics)
@@ -224,8 +224,8 @@ def wait_applied(
 
 def applied_stats(components: Components, published: Published) -> Stats:
     """What became of this scan's events, from the journal the owner wrote with each offset commit."""
-    events = components.events
-    assert isinstance(events, AppliedJournal)
+    events = components.events.journal
+    assert events is not None, "applied_stats needs a log that journals what it applied"
     stats = Stats()
     for topic, ids in published.event_ids.items():
         seen: set[str] = set()

@@ -24,6 +24,7 @@ from connectors.access import TENANT_PATTERN
 from ragsync.settings_check import ENV_PREFIX, Origins, SettingsError, unknown_env_problems, validation_problems
 from schemas.events import SOURCE_NAME_PATTERN
 from schemas.instants import Instant
+from schemas.text import DEFAULT_LEXICAL_ANALYZER, LexicalAnalyzer
 
 __all__ = ["NOT_SETTINGS", "Settings", "SettingsError", "SourceSettings", "config_file", "load_settings"]
 
@@ -275,6 +276,10 @@ class Settings(BaseSettings):
     bm25_floor: float = 0.0
     bm25_title_weight: float = 0.5  # lexical field weights (FTS5 columns, Elasticsearch boosts); body is 1.0
     bm25_heading_weight: float = 1.5
+    lexical_analyzer: LexicalAnalyzer = DEFAULT_LEXICAL_ANALYZER
+    """How both lexical stores cut words (indexer.ports.LexicalAnalyzer): the same on both profiles, so
+    they rank the same tokens. Changing it rebuilds an embedded home's FTS tables on open; an
+    Elasticsearch index built with another refuses writes until re-indexed (eval/README.md measures both)."""
     dense_floor: float = 0.30
     rrf_k: int = Field(default=60, ge=1)  # RRF over BM25 and dense, as the product brief says
     # A local cross-encoder export (model.onnx + tokenizer.json) as the reranker; None: the sentence

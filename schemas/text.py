@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
@@ -131,6 +132,14 @@ STOPWORDS = frozenset(
         "yours",
     ]
 )
+
+LexicalAnalyzer = Literal["standard", "english"]
+"""How both lexical stores cut and normalise words, index and query alike, so the two profiles rank
+the same tokens. "standard": Unicode word breaks, lower case, no stemming (FTS5 `unicode61`,
+Elasticsearch `standard`). "english": the same words Porter-stemmed (FTS5 `porter unicode61`,
+Elasticsearch `english`, which needs its `analysis-common` module). eval/README.md measures both."""
+
+DEFAULT_LEXICAL_ANALYZER: LexicalAnalyzer = "standard"
 
 MAX_QUERY_TERMS = 64
 """Bounds the work a hostile 10 KB query can cause in any ranker."""

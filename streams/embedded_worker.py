@@ -36,7 +36,6 @@ from streams.ports import (
     TOPIC_DLQ,
     TOPIC_DOCUMENTS,
     AppliedEntry,
-    AppliedJournal,
     EventLog,
     Record,
     dead_letter_value,
@@ -78,7 +77,7 @@ class EmbeddedWorker:
         self.stats = Stats()
         self.batches = 0
         self.preemptions = 0
-        self._journal = events if isinstance(events, AppliedJournal) else None
+        self._journal = events.journal
 
     def backlog(self) -> dict[str, int]:
         return {topic: self.events.lag(topic, self.group) for topic in EVENT_TOPICS}

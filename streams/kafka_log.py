@@ -41,6 +41,7 @@ from streams.kafka_admin import (
     retrying,
     topic_names,
 )
+from streams.kafka_remnants import key_partition, valued_records
 from streams.ports import TOPIC_DLQ, TOPIC_DOCUMENTS, Record, topic_for
 
 log = logging.getLogger(__name__)
@@ -75,16 +76,6 @@ def _describe(exc: BaseException) -> str:
 
 class KafkaUnavailable(StoreUnavailable):
     """The broker cannot be reached, or did not acknowledge records: one line, exit 1 on the CLI."""
-
-
-def _version_of(value: bytes) -> int | None:
-    import json
-
-    try:
-        version = json.loads(value).get("version")
-    except (ValueError, AttributeError):
-        return None
-    return version if isinstance(version, int) else None
 
 
 class KafkaEventLog:
@@ -268,6 +259,11 @@ class KafkaEventLog:
         """Nothing to do: the broker compacts the documents topic by key on its own (TOPIC_CONFIGS)."""
         return 0
 
+    @property
+    def journal(self) -> None:
+        """No journal: the Faust worker's consumer group commits offsets in the broker, nothing beside them."""
+        return None
+
     def tombstone(self, key: str, *, dead_letters: bool = True) -> None:
         """Null-value records of the key on the compacted topics; durable when this returns."""
         topics = [TOPIC_DOCUMENTS, TOPIC_DLQ] if dead_letters else [TOPIC_DOCUMENTS]
@@ -296,48 +292,17 @@ class KafkaEventLog:
         Records after the document's tombstone (a later re-creation) are not counted, nor are erase
         markers. Before compaction ran (see ERASE_BOUND_S) the earlier records are still there.
         """
-        from kafka.partitioner.default import murmur2
-
-        from streams.erasure import parse_marker
-
         key = f"{tenant}/{doc_id}"
         out: dict[str, Any] = {"compaction_bound_s": ERASE_BOUND_S}
         for logical in (TOPIC_DOCUMENTS, TOPIC_DLQ):
             kafka_topic = self.kafka_topic(logical)
-            partitions = self._partitions[kafka_topic]
-            tp = TopicPartition(kafka_topic, partitions[(murmur2(key.encode()) & 0x7FFFFFFF) % len(partitions)])
-            consumer = KafkaConsumer(
-                **self._client_config,
-                client_id=f"{self.client_id}-audit",
-                enable_auto_commit=False,
-                max_partition_fetch_bytes=MAX_MESSAGE_BYTES + 1024 * 1024,
-                fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+            out[logical] = valued_records(
+                {**self._client_config, "client_id": f"{self.client_id}-audit"},
+                key_partition(kafka_topic, self._partitions[kafka_topic], key),
+                key,
+                up_to_version,
+                versioned=logical == TOPIC_DOCUMENTS,
             )
-            try:
-                consumer.assign([tp])
-                consumer.seek_to_beginning(tp)
-                end = consumer.end_offsets([tp])[tp]
-                valued: list[int | None] = []  # per record of the key with a value: its version when known
-                last_tombstone = -1
-                while consumer.position(tp) < end:
-                    for messages in consumer.poll(timeout_ms=1000).values():
-                        for m in messages:
-                            if m.offset >= end or m.key is None or m.key.decode("utf-8", "replace") != key:
-                                continue
-                            if m.value is None:
-                                last_tombstone = len(valued)
-                            elif parse_marker(key, m.value) is None:
-                                valued.append(_version_of(m.value) if logical == TOPIC_DOCUMENTS else None)
-                # Before the last tombstone every valued record is the deleted document's, still on disk
-                # until compaction; after it, only records up to the deleted version are (a re-creation is not).
-                with_value = max(last_tombstone, 0) + sum(
-                    1
-                    for v in valued[max(last_tombstone, 0) :]
-                    if up_to_version is None or v is None or v <= up_to_version
-                )
-                out[logical] = with_value
-            finally:
-                consumer.close(autocommit=False)
         return out
 
     # ---- consuming ---------------------------------------------------------------------------

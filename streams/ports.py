@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from indexer.ports import PurgeDetails, Removal
 from schemas.events import Event, EventKind
@@ -90,6 +90,11 @@ class EventLog(Protocol):
     def compact_document(self, tenant: str, doc_id: str, below_version: int) -> int:
         """After an upsert was applied: remove the content of the document's older upserts."""
 
+    def tombstone(self, key: str, *, dead_letters: bool = True) -> None:
+        """An erase marker read from the documents topic was applied: append the key's tombstones (null
+        values on the compacted topics, with `dead_letters` the dlq's too), durable when it returns. Only
+        a log erased by "compaction" writes markers; one that erases in place has none to follow up."""
+
     def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, Any]:
         """Records of the document (versions up to the given one; None: every version) still carrying a
         value, per topic (`documents`, `dlq`), read now: what a deletion certificate reports. A log
@@ -100,6 +105,11 @@ class EventLog(Protocol):
 
     def dead_letters(self) -> int:
         """Dead letters ever written (the dlq topic's end offsets), for status."""
+
+    @property
+    def journal(self) -> AppliedJournal | None:
+        """The journal this log keeps with each offset commit, or None: the embedded log keeps one (a
+        publisher in another process waits on it); Kafka's consumer groups keep none."""
 
     def close(self) -> None: ...
 
@@ -117,7 +127,6 @@ class AppliedEntry:
     lag_s: float = 0.0
 
 
-@runtime_checkable
 class AppliedJournal(Protocol):
     """A log that can keep, atomically with a group's offset commit, what applying each record did.
 

@@ -292,6 +292,14 @@ class SqliteEventLog:
         """A newer upsert was applied: older upserts' content goes, as Kafka's compaction does."""
         return self.erase_document(tenant, doc_id, below_version - 1, dead_letters=False) if below_version > 1 else 0
 
+    @property
+    def journal(self) -> SqliteEventLog:
+        """This log: it journals what applying each record did with the offset commit (`commit_applied`)."""
+        return self
+
+    def tombstone(self, key: str, *, dead_letters: bool = True) -> None:
+        """Nothing to append: `erase_document` rewrites the records in place and writes no markers."""
+
     def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, int]:
         """Records of the document that still carry a value, per topic (for deletion certificates)."""
         key = f"{tenant}/{doc_id}"

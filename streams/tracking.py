@@ -248,12 +248,11 @@ def after_durable(
             tracker.applied(record, event, result)
         tracker.confirmed([event for _, event, _ in applied])
     erasures: list[Event] = []
-    tombstone = getattr(events, "tombstone", None)
     for record, event, result in applied:
         if isinstance(event, InvalidEvent):
             marker = parse_marker(record.key, record.value) if record.topic == TOPIC_DOCUMENTS else None
-            if marker is not None and callable(tombstone):
-                tombstone(record.key, dead_letters=marker.dead_letters)
+            if marker is not None:
+                events.tombstone(record.key, dead_letters=marker.dead_letters)
             continue
         if isinstance(event.payload, DeletePayload):
             if event.payload.erase:

@@ -12,10 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import NOW, make_passage
+from conftest import NOW
 from messages_stub import MessagesStub, api_error, client_for, message, sent_key, stub, text, tool_use
+from model_world import ASKER, QUESTION, REFUNDS, SHIPPING, TURN, asker_passage, refund_store
 
-from indexer.sqlite_fts import SqliteLexicalIndex
 from query.anthropic_model import NO_TOOL_CALL, AnthropicModel, ModelUnavailable
 from query.loop import InvalidDecision, interpret
 from query.ports import (
@@ -23,7 +23,6 @@ from query.ports import (
     SUBMIT_TOOL_SCHEMA,
     TOOL_SEARCH,
     TOOL_SUBMIT,
-    Evidence,
     ModelTurn,
     ToolCall,
 )
@@ -32,7 +31,6 @@ from query.worker import QueryWorker
 from ragsync.components import anthropic_model
 from ragsync.settings import Settings
 from schemas.decisions import GENERIC_ABSTENTION, ReasonCode, SearchDecision
-from schemas.principal import Principal
 
 __all__ = ["stub"]  # the fixture, imported from messages_stub
 
@@ -40,17 +38,6 @@ __all__ = ["stub"]  # the fixture, imported from messages_stub
 @pytest.fixture
 def model(stub: MessagesStub) -> AnthropicModel:
     return AnthropicModel(client_for(stub.url), "claude-stub")
-
-
-TURN = ModelTurn(
-    question="How long do refunds take?",
-    evidence=(
-        Evidence("refunds.md@1#root-1", "Refunds", "Refunds are paid within 14 days of the request."),
-        Evidence("shipping.md@1#root-1", "Shipping", "Orders ship from the Lisbon warehouse every weekday."),
-    ),
-    tools=(TOOL_SEARCH, TOOL_SUBMIT),
-    queries=("How long do refunds take?",),
-)
 
 
 # ---- the request ------------------------------------------------------------------------------
@@ -184,26 +171,13 @@ def test_from_settings_takes_key_from_env_and_base_url_from_settings(
 
 # ---- end to end through the worker and the real embedded store --------------------------------
 
-ASKER = Principal(tenant="zeta-tenant", user="omega-user", groups=("kappa-group",))
-QUESTION = "How long do refunds take?"
-REFUNDS = "Refunds are paid within 14 days of the request. Store credit never expires."
-SHIPPING = "Orders ship from the Lisbon warehouse every weekday morning."
 WARRANTY = "The warranty covers manufacturing defects for two full years."
 
 
 @pytest.fixture
 def worker(tmp_path: Path, model: AnthropicModel) -> Iterator[QueryWorker]:
-    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
-    acl = ("group:kappa-group",)
-    lexical.upsert(
-        [
-            make_passage(REFUNDS, tenant="zeta-tenant", doc_id="refunds.md", acl=acl, heading_path=("Refunds",)),
-            make_passage(SHIPPING, tenant="zeta-tenant", doc_id="shipping.md", acl=acl, heading_path=("Shipping",)),
-            make_passage(WARRANTY, tenant="zeta-tenant", doc_id="warranty.md", acl=acl, heading_path=("Warranty",)),
-        ]
-    )
-    yield QueryWorker(Retriever(lexical, None, None, None), model, "s3cret")
-    lexical.close()
+    with refund_store(tmp_path, asker_passage(WARRANTY, "warranty.md", "Warranty")) as lexical:
+        yield QueryWorker(Retriever(lexical, None, None, None), model, "s3cret")
 
 
 def test_worker_search_then_verbatim_quote_is_answered(stub: MessagesStub, worker: QueryWorker) -> None:

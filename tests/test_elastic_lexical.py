@@ -339,7 +339,7 @@ def test_an_unreachable_elasticsearch_is_a_store_error_too(index: Any) -> None:
 def test_an_index_left_without_its_alias_gets_it_and_is_used(index: Any) -> None:
     """Readers search the alias, which the adapter adds only once the index's shards have started; a writer
     that crashed between the two leaves the index alone, and the next write adds the alias and uses it."""
-    from indexer.elastic import passage_mapping, passage_settings
+    from indexer.elastic_mapping import passage_mapping, passage_settings
 
     index.client.indices.create(  # as a writer that crashed before adding the alias left it
         index=index.index_name("acme"),
@@ -351,3 +351,32 @@ def test_an_index_left_without_its_alias_gets_it_and_is_used(index: Any) -> None
     index.upsert([make_passage("Refunds are issued within 30 days.", anchor="r-1")])
     assert index.client.indices.exists_alias(name=index.alias("acme"))
     assert ids(index.search("refunds", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
+
+
+def test_english_without_analysis_common_is_refused_before_any_index_exists(make_index: Callable[..., Any]) -> None:
+    """The integ-test distribution has no `english` analyzer: the adapter says so in one line and creates
+    nothing (an index mapped without it would rank unlike the embedded profile's)."""
+    from indexer.elastic_mapping import ANALYZER_MODULE
+    from schemas.errors import StoreUnavailable
+
+    index = make_index(analyzer="english")
+    if ANALYZER_MODULE in index.modules():
+        pytest.skip(f"this server has {ANALYZER_MODULE}")
+    with pytest.raises(StoreUnavailable, match="needs Elasticsearch's analysis-common module"):
+        index.upsert([make_passage("Refunds are issued within 30 days.", anchor="r-1")])
+    assert not index.client.indices.exists(index=index.index_name("acme"))
+
+
+def test_an_index_built_with_another_analyzer_refuses_writes(make_index: Callable[..., Any]) -> None:
+    """Fails closed: a tenant's index keeps the analyzer it was built with, and a writer configured with
+    another gets a clear error instead of silently indexing under the old one."""
+    from schemas.errors import StoreUnavailable
+
+    standard = make_index(analyzer="standard")
+    standard.upsert([make_passage("Refunds are issued within 30 days.", anchor="r-1")])
+    mapping = standard.client.indices.get_mapping(index=standard.alias("acme"))
+    assert {body["mappings"]["properties"]["text"]["analyzer"] for body in mapping.values()} == {"standard"}
+    english = make_index(prefix=standard.prefix, analyzer="english")
+    with pytest.raises(StoreUnavailable, match="built with the 'standard' analyzer"):
+        english.upsert([make_passage("Refunds are issued within 60 days.", anchor="r-2")])
+    assert ids(standard.search("refunds", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]

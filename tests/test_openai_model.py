@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from chat_stub import ChatStub, api_error, calls, chat, completion, says, tool_call
 from conftest import NOW, make_passage
+from model_world import ASKER, QUESTION, REFUNDS, SHIPPING, TURN, refund_store
 
 from indexer.sqlite_fts import SqliteLexicalIndex
 from query.loop import interpret
@@ -29,7 +30,6 @@ from query.ports import (
     SUBMIT_TOOL_SCHEMA,
     TOOL_SEARCH,
     TOOL_SUBMIT,
-    Evidence,
     ModelTurn,
     ModelUnavailable,
     ToolCall,
@@ -39,7 +39,6 @@ from query.worker import QueryWorker
 from ragsync.openai_model import API_KEY_ENV, openai_model_from_settings
 from ragsync.settings import Settings
 from schemas.decisions import GENERIC_ABSTENTION, ReasonCode, SearchDecision
-from schemas.principal import Principal
 
 __all__ = ["chat"]  # the fixture, imported from chat_stub
 
@@ -49,17 +48,6 @@ def model(chat: ChatStub) -> Iterator[OpenAICompatibleModel]:
     adapter = OpenAICompatibleModel(chat.url, "local-stub", timeout_s=5.0)
     yield adapter
     adapter.close()
-
-
-TURN = ModelTurn(
-    question="How long do refunds take?",
-    evidence=(
-        Evidence("refunds.md@1#root-1", "Refunds", "Refunds are paid within 14 days of the request."),
-        Evidence("shipping.md@1#root-1", "Shipping", "Orders ship from the Lisbon warehouse every weekday."),
-    ),
-    tools=(TOOL_SEARCH, TOOL_SUBMIT),
-    queries=("How long do refunds take?",),
-)
 
 
 def function(schema: dict[str, Any]) -> dict[str, Any]:
@@ -154,10 +142,6 @@ def test_what_is_not_a_well_formed_call_becomes_a_name_never_offered(
 
 # ---- through the worker and the real embedded store -------------------------------------------
 
-ASKER = Principal(tenant="zeta-tenant", user="omega-user", groups=("kappa-group",))
-QUESTION = "How long do refunds take?"
-REFUNDS = "Refunds are paid within 14 days of the request. Store credit never expires."
-SHIPPING = "Orders ship from the Lisbon warehouse every weekday morning."
 PAYROLL = "Refunds of payroll advances are deducted within 3 months."
 REFUND_ID = "refunds.md@1#root-1"
 PAYROLL_ID = "payroll.md@1#root-1"
@@ -165,18 +149,10 @@ PAYROLL_ID = "payroll.md@1#root-1"
 
 @pytest.fixture
 def worker(tmp_path: Path, model: OpenAICompatibleModel) -> Iterator[QueryWorker]:
-    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
-    acl = ("group:kappa-group",)
-    lexical.upsert(
-        [
-            make_passage(REFUNDS, tenant="zeta-tenant", doc_id="refunds.md", acl=acl, heading_path=("Refunds",)),
-            make_passage(SHIPPING, tenant="zeta-tenant", doc_id="shipping.md", acl=acl, heading_path=("Shipping",)),
-            # Same tenant, another group: stored and matching the question, never retrieved for the asker.
-            make_passage(PAYROLL, tenant="zeta-tenant", doc_id="payroll.md", acl=("group:hr",)),
-        ]
-    )
-    yield QueryWorker(Retriever(lexical, None, None, None), model, "s3cret")
-    lexical.close()
+    # Same tenant, another group: stored and matching the question, never retrieved for the asker.
+    payroll = make_passage(PAYROLL, tenant="zeta-tenant", doc_id="payroll.md", acl=("group:hr",))
+    with refund_store(tmp_path, payroll) as lexical:
+        yield QueryWorker(Retriever(lexical, None, None, None), model, "s3cret")
 
 
 def claim(statement: str, quote: str, passage_id: str = REFUND_ID) -> dict[str, str]:

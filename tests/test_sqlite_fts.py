@@ -1,4 +1,4 @@
-"""SQLite FTS5 adapter specifics beyond the lexical contract: rebuilding tables of an older layout."""
+"""SQLite FTS5 adapter specifics beyond the lexical contract: rebuilding tables of an older layout or analyzer."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
+import pytest
 from conftest import NOW, make_passage
 
 from indexer.sqlite_fts import SqliteLexicalIndex
@@ -44,3 +45,46 @@ def test_a_home_with_the_two_column_layout_is_rebuilt_on_open(tmp_path: Path) ->
         assert old not in names
     finally:
         reopened.close()
+
+
+def _tables(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {str(r[0]) for r in conn.execute("SELECT name FROM fts_tables")}
+    finally:
+        conn.close()
+
+
+def test_changing_the_analyzer_rebuilds_the_tables_and_stems_only_for_english(tmp_path: Path) -> None:
+    """A home written with one analyzer and opened with the other is rebuilt from `passages`, so a query
+    is never analysed one way against terms indexed another (English homes kept the old table names)."""
+    path = tmp_path / "lexical.db"
+    passage = make_passage("Refunds are paid within 14 days.", heading_path=("Payments",))
+    english = SqliteLexicalIndex(path, analyzer="english")
+    english.upsert([passage])
+    assert [h.passage.passage_id for h in english.search("refund", STAFF, 10, 0.0)] == [passage.passage_id]
+    english.close()
+    assert {n[:6] for n in _tables(path)} == {"fts3c_"}
+
+    standard = SqliteLexicalIndex(path, analyzer="standard")
+    try:
+        assert {n[:6] for n in _tables(path)} == {"fts3s_"}
+        assert standard.search("refund", STAFF, 10, 0.0) == []
+        assert [h.passage.passage_id for h in standard.search("refunds payments", STAFF, 10, 0.0)] == [
+            passage.passage_id
+        ]
+        assert standard.count("acme") == 1
+    finally:
+        standard.close()
+
+    again = SqliteLexicalIndex(path, analyzer="english")
+    try:
+        assert [h.passage.passage_id for h in again.search("refund", STAFF, 10, 0.0)] == [passage.passage_id]
+    finally:
+        again.close()
+
+
+def test_an_unknown_analyzer_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown lexical analyzer"):
+        SqliteLexicalIndex(tmp_path / "lexical.db", analyzer="snowball")  # type: ignore[arg-type]
+    assert not (tmp_path / "lexical.db").exists()

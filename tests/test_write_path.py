@@ -47,10 +47,10 @@ class RecordingLexical(SqliteLexicalIndex):
 class RecordingLog(SqliteEventLog):
     def __init__(self, path: Path, journal: Journal) -> None:
         super().__init__(path)
-        self.journal = journal
+        self.recorder = journal  # not `journal`: the port's own attribute (the log's applied journal)
 
     def commit_applied(self, group: str, records: Any, entries: Any) -> None:
-        self.journal.calls.append(f"commit:{len(records)}")
+        self.recorder.calls.append(f"commit:{len(records)}")
         super().commit_applied(group, records, entries)
 
 

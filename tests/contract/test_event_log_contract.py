@@ -127,3 +127,42 @@ def test_remnants_count_valued_records_and_removal_says_who_removes_them(event_l
     else:  # the broker's cleaner removes them: nothing of ours to purge, and the certificate says how long
         assert event_log.removal == "compaction"
         assert event_log.purge() == {} and found["compaction_bound_s"] > 0
+
+
+def test_tombstone_is_durable_and_leaves_later_records_counted(event_log: Any) -> None:
+    """Every log takes a tombstone (declared on the port, never probed for): Kafka appends null values for
+    compaction, the SQLite log, which erases in place, has nothing to append. Either way the tombstone
+    itself erases nothing now, and a re-creation published after it is the log's like any record."""
+    doc = f"test:{time.monotonic_ns()}.md"
+    for v in (1, 2):
+        event_log.publish(upsert(doc, v))
+    event_log.flush()
+    event_log.tombstone(f"acme/{doc}", dead_letters=True)
+    event_log.publish(upsert(doc, 3))
+    event_log.flush()
+    assert event_log.remnants("acme", doc, 2)["documents"] == 2
+    assert event_log.remnants("acme", doc)["documents"] == 3
+
+
+def test_a_journal_when_declared_keeps_what_each_commit_applied(event_log: Any) -> None:
+    """`journal` is declared on the port (never probed with isinstance): None, or a journal whose entries
+    are written with the offset commit, so a publisher elsewhere can wait for its events and read them."""
+    from streams.ports import AppliedEntry
+
+    journal = event_log.journal
+    if journal is None:
+        assert event_log.name == "kafka"  # the broker's consumer groups keep offsets only
+        return
+    group = f"journal-{time.monotonic_ns()}"
+    start = journal.end_offsets([TOPIC_DOCUMENTS])[TOPIC_DOCUMENTS]
+    event = upsert(f"test:{time.monotonic_ns()}.md", 1)
+    event_log.publish(event)
+    event_log.flush()
+    assert journal.end_offsets([TOPIC_DOCUMENTS])[TOPIC_DOCUMENTS] == start + 1
+    records = [r for r in poll_all(event_log, TOPIC_DOCUMENTS, group, start + 1) if r.offset >= start]
+    assert [r.offset for r in records] == [start]
+    journal.commit_applied(group, records, [AppliedEntry(TOPIC_DOCUMENTS, start, event.event_id, "applied", 2)])
+    assert journal.committed_offsets(group)[TOPIC_DOCUMENTS] == start + 1
+    assert [
+        (e.event_id, e.outcome, e.passages_written) for e in journal.applied(group, TOPIC_DOCUMENTS, start, start + 1)
+    ] == [(event.event_id, "applied", 2)]

@@ -330,3 +330,13 @@ def test_upkeep_steps_are_bounded_and_walk_storage_order(lexical_index: Any) -> 
         cursor = batch[-1][0]
     # Every passage once, or none where the store has no storage order (a cluster worker embeds as it applies).
     assert sorted(p.passage_id for _, p in walked) in ([], sorted(p.passage_id for p in passages))
+
+
+def test_the_default_analyzer_matches_whole_words_on_every_adapter(lexical_index: Any) -> None:
+    """Both profiles analyse words the same way by default (lexical_analyzer = "standard": lower case,
+    no stemming), so a question ranks the same tokens whichever store answers it."""
+    lexical_index.upsert([make_passage("Refunds are paid within 14 days.", anchor="r-1")])
+    assert lexical_index.analyzer == "standard"
+    assert ids(lexical_index.search("REFUNDS", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
+    assert lexical_index.search("refund", STAFF, 10, 0.0) == []
+    assert lexical_index.search("pay", STAFF, 10, 0.0) == []
