@@ -79,6 +79,18 @@ BATCH = 10_000
 OUT = Path(__file__).resolve().parent / "results" / "retrieval-scale.json"
 
 
+def _commit() -> str:
+    """The code measured: HEAD, marked dirty when the worktree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -350,6 +362,7 @@ def main() -> None:
             "rankers": args.rankers,
             "build": args.label,
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": _commit(),
             "loadavg_start": [round(x, 2) for x in load_start],
             "loadavg_end": [round(x, 2) for x in load_end],
             "cpus": os.cpu_count(),
