@@ -309,7 +309,24 @@ def measure_size(
     return rows
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The table bench/README.md shows, from the results file (`--table`)."""
+    lines = [
+        "| profile | passages | filter | ranker | wall p50 ms | wall p95 ms | CPU p50 ms | CPU p95 ms | returned |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['profile']} | {r['passages']:,} | {r['filter']} | {r['ranker']} | {r['p50_ms']:.2f} |"
+            f" {r['p95_ms']:.2f} | {r.get('cpu_p50_ms', '')} | {r.get('cpu_p95_ms', '')} | {r['mean_returned']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--table"]:
+        print(markdown(json.loads(OUT.read_text())))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=("embedded", "cluster"), default="embedded")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
