@@ -2,8 +2,9 @@
 
 One FTS table per tenant keeps BM25's collection statistics (document frequencies, average
 length) from mixing tenants, the same reason the Elasticsearch adapter keeps one index per
-tenant. The permission filter is part of the same SQL statement as MATCH, so a denied row is
-never returned or cached; it only contributes to its own tenant's statistics, as in any index.
+tenant. The permission filter runs inside the FTS5 index (principal tokens, indexer.fts_acl) and
+then exactly on the few best rows, so a denied row is never returned or cached; it only
+contributes to its own tenant's statistics, as in any index.
 
 Title, heading path and body are three FTS columns weighted apart (`FieldWeights`): a section
 heading names the topic of its passages, and the page title does too, but a title is shared by
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from indexer.fts_acl import Candidate, Verified, acl_token, acl_tokens, filtered_match, top_verified
 from indexer.ports import (
     DEFAULT_FIELD_WEIGHTS,
     DEFAULT_LEXICAL_ANALYZER,
@@ -65,8 +67,9 @@ CREATE TABLE IF NOT EXISTS passage_acl (
 CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
 """
 
-FTS_COLUMNS = "title, heading, text"
-"""Column layout of every FTS table; a table with another layout is rebuilt (see `_migrate`)."""
+FTS_COLUMNS = "title, heading, text, principals"
+"""Column layout of every FTS table; a table with another layout is rebuilt (see `_migrate`).
+`principals` holds the ACL tokens the query filters on inside the index (indexer.fts_acl)."""
 
 
 ALWAYS_MS = -(2**62)
@@ -82,19 +85,19 @@ def _since_json(since: Mapping[str, datetime]) -> str:
 
 
 _TOKENIZERS: dict[LexicalAnalyzer, tuple[str, str]] = {
-    "english": ("fts3c_", "porter unicode61"),
-    "standard": ("fts3s_", "unicode61"),
+    "english": ("fts4p_", "porter unicode61"),
+    "standard": ("fts4s_", "unicode61"),
 }
-"""Table name prefix and FTS5 tokenizer of each analyzer. "english" keeps the prefix tables had
-before the analyzer was a setting, so those homes open unchanged; another prefix is rebuilt."""
+"""Table name prefix and FTS5 tokenizer of each analyzer. The prefix names the layout (with the
+principals column) and the analyzer: a table of an older layout or another analyzer is rebuilt."""
 
 
 def _fts_name(tenant: str, analyzer: LexicalAnalyzer) -> str:
     return _TOKENIZERS[analyzer][0] + hashlib.sha1(tenant.encode()).hexdigest()[:16]
 
 
-def _fts_row(p: Passage) -> tuple[str, str, str]:
-    return (p.title, " ".join(p.heading_path), p.text)
+def _fts_row(p: Passage) -> tuple[str, str, str, str]:
+    return (p.title, " ".join(p.heading_path), p.text, acl_tokens(p.acl))
 
 
 def _match_expression(query: str) -> str | None:
@@ -130,6 +133,7 @@ class SqliteLexicalIndex:
         self.weights = weights
         self.analyzer: LexicalAnalyzer = analyzer
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._conn.create_function("acl_token", 1, acl_token, deterministic=True)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
         # Freed pages and cells are overwritten: a deleted passage's text does not linger in free space.
@@ -170,9 +174,13 @@ class SqliteLexicalIndex:
                     self._conn.execute(f"DROP TABLE IF EXISTS {old}")
                     self._conn.execute("DELETE FROM fts_tables WHERE tenant = ?", (tenant,))
                     self._fts(tenant, create=True)
+                    # The tokens come from passage_acl, the table the exact check reads, never from
+                    # the JSON copy: the index filter can then only be as wide as the exact one.
                     self._conn.execute(
-                        f"INSERT INTO {new}(rowid, title, heading, text)"
-                        " SELECT rid, title, (SELECT group_concat(value, ' ') FROM json_each(heading_path)), text"
+                        f"INSERT INTO {new}(rowid, title, heading, text, principals)"
+                        " SELECT rid, title, (SELECT group_concat(value, ' ') FROM json_each(heading_path)), text,"
+                        " (SELECT coalesce(group_concat(acl_token(a.entry), ' '), '') FROM passage_acl a"
+                        "  WHERE a.rid = passages.rid)"
                         " FROM passages WHERE tenant = ?",
                         (tenant,),
                     )
@@ -308,7 +316,8 @@ class SqliteLexicalIndex:
                     "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, p.acl, p.acl_since)
                 )
                 self._conn.execute(
-                    f"INSERT INTO {fts}(rowid, title, heading, text) VALUES (?, ?, ?, ?)", (rid, *_fts_row(p))
+                    f"INSERT INTO {fts}(rowid, title, heading, text, principals) VALUES (?, ?, ?, ?, ?)",
+                    (rid, *_fts_row(p)),
                 )
 
     def _delete_rows(self, tenant: str, fts: str | None, where: str, args: tuple[object, ...]) -> int:
@@ -358,13 +367,19 @@ class SqliteLexicalIndex:
                 "UPDATE passages SET acl = ?, acl_since = ? WHERE tenant = ? AND doc_id = ?",
                 (json.dumps(list(acl)), _since_json(since), tenant, doc_id),
             )
+            fts = self._fts(tenant, create=False)
+            tokens = acl_tokens(acl)
             for rid in rids:
                 self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
                 self._conn.executemany(
                     "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, acl, since)
                 )
+                if fts:  # same transaction as passage_acl: no reader sees tokens wider than the exact table
+                    self._conn.execute(f"UPDATE {fts} SET principals = ? WHERE rowid = ?", (tokens, rid))
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
+        """The ACL filters inside FTS5 (principal tokens), so only rows the principal may be named on are
+        scored; the best are then verified by the exact check (indexer.fts_acl.top_verified)."""
         expression = _match_expression(query)
         if expression is None or not access.entries or limit <= 0:
             return []
@@ -372,24 +387,54 @@ class SqliteLexicalIndex:
             fts = self._fts(access.tenant, create=False)
             if fts is None:
                 return []
-            as_of = to_epoch_ms(access.as_of)
+            match = filtered_match(expression, access.entries)
             w = self.weights
-            marks = ",".join("?" for _ in access.entries)
-            sql = (
-                "SELECT * FROM ("
-                f" SELECT p.*, -bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}) AS score"
-                f" FROM {fts} JOIN passages p ON p.rid = {fts}.rowid"
-                f" WHERE {fts} MATCH ? AND p.tenant = ?"
-                " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
-                f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({marks})"
-                " AND a.since_ms <= ?)"
-                ") WHERE score >= ? ORDER BY score DESC, passage_id LIMIT ?"
-            )
+            rank = f"-bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}, 0)"
+
+            def fetch(n: int) -> list[Candidate]:
+                rows = self._conn.execute(
+                    f"SELECT rowid, {rank} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?",
+                    (match, n),
+                ).fetchall()
+                return [Candidate(int(rid), float(score)) for rid, score in rows]
+
+            own = not self._conn.in_transaction
+            if own:  # one snapshot for every round, its verification and the rows read
+                self._conn.execute("BEGIN")
+            try:
+                found = top_verified(fetch, lambda c: self._verify(access, c), limit, floor)
+                rows = self._rows([v.rid for v in found])
+            finally:
+                if own:
+                    self._conn.execute("COMMIT")
+            return [self._hit(rows[v.rid] | {"score": v.score}) for v in found]
+
+    def _verify(self, access: AccessFilter, candidates: list[Candidate]) -> list[Verified]:
+        """The exact check (tenant, validity dates, an entry granted no later than as_of) on candidates:
+        reads only ids, so rows the loop never returns cost no text."""
+        as_of = to_epoch_ms(access.as_of)
+        acl_marks = ",".join("?" for _ in access.entries)
+        scores = {c.rid: c.score for c in candidates}
+        out: list[Verified] = []
+        for start in range(0, len(candidates), 500):
+            chunk = [c.rid for c in candidates[start : start + 500]]
             cur = self._conn.execute(
-                sql, (expression, access.tenant, as_of, as_of, *access.entries, as_of, floor, limit)
+                "SELECT p.rid, p.passage_id FROM passages p"
+                f" WHERE p.rid IN ({','.join('?' for _ in chunk)}) AND p.tenant = ?"
+                " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
+                f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks})"
+                " AND a.since_ms <= ?)",
+                (*chunk, access.tenant, as_of, as_of, *access.entries, as_of),
             )
-            cols = [d[0] for d in cur.description]
-            return [self._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
+            out.extend(Verified(int(rid), scores[int(rid)], str(pid)) for rid, pid in cur.fetchall())
+        return out
+
+    def _rows(self, rids: list[int]) -> dict[int, dict[str, object]]:
+        if not rids:
+            return {}
+        cur = self._conn.execute(f"SELECT p.* FROM passages p WHERE p.rid IN ({','.join('?' for _ in rids)})", rids)
+        cols = [d[0] for d in cur.description]
+        return {int(str(r["rid"])): r for r in (dict(zip(cols, row, strict=True)) for row in cur.fetchall())}
 
     def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
         wanted = list(dict.fromkeys(passage_ids))

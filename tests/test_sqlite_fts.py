@@ -57,18 +57,18 @@ def _tables(path: Path) -> set[str]:
 
 def test_changing_the_analyzer_rebuilds_the_tables_and_stems_only_for_english(tmp_path: Path) -> None:
     """A home written with one analyzer and opened with the other is rebuilt from `passages`, so a query
-    is never analysed one way against terms indexed another (English homes kept the old table names)."""
+    is never analysed one way against terms indexed another."""
     path = tmp_path / "lexical.db"
     passage = make_passage("Refunds are paid within 14 days.", heading_path=("Payments",))
     english = SqliteLexicalIndex(path, analyzer="english")
     english.upsert([passage])
     assert [h.passage.passage_id for h in english.search("refund", STAFF, 10, 0.0)] == [passage.passage_id]
     english.close()
-    assert {n[:6] for n in _tables(path)} == {"fts3c_"}
+    assert {n[:6] for n in _tables(path)} == {"fts4p_"}
 
     standard = SqliteLexicalIndex(path, analyzer="standard")
     try:
-        assert {n[:6] for n in _tables(path)} == {"fts3s_"}
+        assert {n[:6] for n in _tables(path)} == {"fts4s_"}
         assert standard.search("refund", STAFF, 10, 0.0) == []
         assert [h.passage.passage_id for h in standard.search("refunds payments", STAFF, 10, 0.0)] == [
             passage.passage_id

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""Retrieval latency up to a million passages, both profiles, filters admitting 1 %, 10 % and 100 %.
+
+bench/retrieval.py at scale: the same synthetic passages (Zipf-vocabulary text, random unit
+vectors, dim 384), the same queries and the same rankers (bm25, dense, fused = Retriever.search with
+both rankers and RRF), but generated and loaded in batches so a million passages never sit in memory
+at once (about 2 GB as Passage objects, 1.5 GB as vectors). Every load is timed and the process's
+peak RSS is reported per size (run one size per process for a clean peak: `--sizes 1000000`).
+
+Embedded: SqliteLexicalIndex (batches of 10,000 passages, one transaction each, then FTS5
+'optimize' into one segment, timed apart) and EdgeVectorIndex (HNSW built by optimize()). Cluster:
+ElasticLexicalIndex (bulk, refresh=false, one refresh) and QdrantVectorIndex on the server (timed
+once the collection is green). `--rankers bm25` measures the lexical side alone: building HNSW over a
+million vectors takes most of an hour on this machine's 2 shared cores (262-340 s at 100k).
+
+    python3 bench/retrieval_scale.py --sizes 100000                    # embedded, all rankers (~8 min)
+    python3 bench/retrieval_scale.py --sizes 1000000 --rankers bm25    # the lexical side at 1M
+    python3 bench/retrieval_scale.py --profile cluster --sizes 1000000 --rankers bm25
+Results are merged into results/retrieval-scale.json (rows of the same profile, size, filter,
+ranker and backend are replaced), so runs of different sizes and profiles build one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.retrieval import DIM, STOPWORD_LIKE, TENANT, VOCAB, WORDS_PER_PASSAGE, StubEmbedder, Workload
+from query.retrieval import RetrievalSettings, Retriever
+from schemas.passages import Passage, make_passage_id
+from schemas.principal import AccessFilter, Principal
+
+FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
+RANKERS = ("bm25", "bm25-exists", "dense", "fused")
+
+
+def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
+    """The FTS5 query before the ACL moved into the index (embedded only), on the same store: every
+    matching row joined to passages and checked by EXISTS over passage_acl before ranking. `before`."""
+    from indexer.sqlite_fts import _match_expression
+
+    expression = _match_expression(query)
+    fts = lexical._fts(access.tenant, create=False)
+    if expression is None or fts is None:
+        return []
+    as_of = int(access.as_of.timestamp() * 1000)
+    w = lexical.weights
+    marks = ",".join("?" for _ in access.entries)
+    sql = (
+        "SELECT * FROM ("
+        f" SELECT p.*, -bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}, 0) AS score"
+        f" FROM {fts} JOIN passages p ON p.rid = {fts}.rowid"
+        f" WHERE {fts} MATCH ? AND p.tenant = ?"
+        " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
+        f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({marks})"
+        " AND a.since_ms <= ?)"
+        ") WHERE score >= ? ORDER BY score DESC, passage_id LIMIT ?"
+    )
+    cur = lexical._conn.execute(sql, (expression, access.tenant, as_of, as_of, *access.entries, as_of, floor, limit))
+    cols = [d[0] for d in cur.description]
+    return [lexical._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
+
+
+BATCH = 10_000
+OUT = Path(__file__).resolve().parent / "results" / "retrieval-scale.json"
+
+
+def _commit() -> str:
+    """The code measured: HEAD, marked dirty when the worktree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def batches(n: int, rng: np.random.Generator) -> Iterator[tuple[int, list[Passage], np.ndarray]]:
+    """Passages [start, start + BATCH) and their vectors; every 10th readable by group:tenth, every 100th
+    by group:hundredth too, so those filters admit exactly 10 % and 1 %."""
+    words = np.array([f"w{i}" for i in range(VOCAB)])
+    ranks = np.arange(1, VOCAB + 1)
+    probs = (1.0 / ranks) / (1.0 / ranks).sum()
+    effective = datetime(2026, 1, 1, tzinfo=UTC)
+    for start in range(0, n, BATCH):
+        size = min(BATCH, n - start)
+        lengths = rng.integers(*WORDS_PER_PASSAGE, size=size)
+        drawn = words[rng.choice(VOCAB, size=int(lengths.sum()), p=probs)]
+        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        out: list[Passage] = []
+        for j in range(size):
+            i = start + j
+            acl = ["group:all"]
+            if i % 10 == 0:
+                acl.append("group:tenth")
+            if i % 100 == 0:
+                acl.append("group:hundredth")
+            doc_id = f"doc{i // 20}.md"
+            anchor = f"s-{i % 20}"
+            out.append(
+                Passage(
+                    passage_id=make_passage_id(doc_id, 1, anchor),
+                    doc_id=doc_id,
+                    version=1,
+                    anchor=anchor,
+                    tenant=TENANT,
+                    acl=tuple(acl),
+                    effective_from=effective,
+                    heading_path=(f"Section {i % 20}",),
+                    title=doc_id,
+                    text=" ".join(drawn[bounds[j] : bounds[j + 1]]),
+                    source_url=f"file:///{doc_id}",
+                    chunker_version="bench",
+                )
+            )
+        vectors = rng.standard_normal((size, DIM)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        yield start, out, vectors
+
+
+class Queries:
+    """Collects query texts and vectors from the passages as they stream past (bench/retrieval's recipe)."""
+
+    def __init__(self, n: int, count: int, rng: np.random.Generator) -> None:
+        self.text_from: dict[int, list[int]] = {}
+        self.vector_from: dict[int, list[int]] = {}
+        for k, i in enumerate(rng.integers(0, n, size=count)):
+            self.text_from.setdefault(int(i), []).append(k)
+        for k, i in enumerate(rng.integers(0, n, size=count)):
+            self.vector_from.setdefault(int(i), []).append(k)
+        self.rng = rng
+        self.texts = [""] * count
+        self.qvecs = np.zeros((count, DIM), dtype=np.float32)
+
+    def see(self, start: int, passages: list[Passage], vectors: np.ndarray) -> None:
+        head = {f"w{i}" for i in range(STOPWORD_LIKE)}
+        for j, p in enumerate(passages):
+            for k in self.text_from.get(start + j, ()):
+                w = [x for x in p.text.split() if x not in head] or p.text.split()
+                self.texts[k] = " ".join(self.rng.choice(w, size=min(4, len(w)), replace=False)) + f" q{k}"
+            for k in self.vector_from.get(start + j, ()):
+                v = vectors[j] + self.rng.standard_normal(DIM).astype(np.float32) * 0.03
+                self.qvecs[k] = v / np.linalg.norm(v)
+
+    def workload(self, n: int) -> Workload:
+        return Workload(n, [], np.zeros((0, DIM), dtype=np.float32), self.texts, self.qvecs)
+
+
+def load_embedded(
+    home: Path, n: int, q: Queries, rng: np.random.Generator, dense: bool
+) -> tuple[Any, Any, dict[str, Any]]:
+    from indexer.qdrant_edge import EdgeVectorIndex
+    from indexer.sqlite_fts import SqliteLexicalIndex
+
+    lexical = SqliteLexicalIndex(home / "lexical.db")
+    vector = EdgeVectorIndex(home / "vectors", DIM) if dense else None
+    t: dict[str, Any] = {"load_lexical_s": 0.0, "load_vector_s": 0.0}
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+        began = time.perf_counter()
+        lexical.upsert(passages)  # one transaction per batch
+        t["load_lexical_s"] += time.perf_counter() - began
+        if vector is not None:
+            began = time.perf_counter()
+            vector.upsert(passages, vectors)
+            t["load_vector_s"] += time.perf_counter() - began
+    began = time.perf_counter()
+    for (fts,) in lexical._conn.execute("SELECT name FROM fts_tables").fetchall():
+        lexical._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+    t["fts_optimize_s"] = time.perf_counter() - began
+    if vector is not None:
+        began = time.perf_counter()
+        vector.optimize()
+        t["hnsw_optimize_s"] = time.perf_counter() - began
+    t["lexical_db_mb"] = (home / "lexical.db").stat().st_size / 2**20
+    return lexical, vector, t
+
+
+def load_cluster(
+    args: argparse.Namespace, n: int, q: Queries, rng: np.random.Generator, dense: bool, prefix: str
+) -> tuple[Any, Any, dict[str, Any]]:
+    from indexer.elastic import ElasticLexicalIndex
+    from indexer.qdrant_server import QdrantVectorIndex, connect
+
+    lexical = ElasticLexicalIndex(args.es_url, prefix=f"{prefix}-{n}", refresh="false")
+    vector = (
+        QdrantVectorIndex(connect(args.qdrant_url), DIM, collection=f"{prefix}-{n}".replace("-", "_"))
+        if dense
+        else None
+    )
+    t: dict[str, Any] = {"load_lexical_s": 0.0, "load_vector_s": 0.0}
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+        began = time.perf_counter()
+        lexical.upsert(passages)
+        t["load_lexical_s"] += time.perf_counter() - began
+        if vector is not None:
+            began = time.perf_counter()
+            vector.upsert(passages, vectors)
+            t["load_vector_s"] += time.perf_counter() - began
+    began = time.perf_counter()
+    es, alias = lexical.client, lexical.alias(TENANT)
+    es.indices.refresh(index=alias)
+    es.indices.forcemerge(index=alias, max_num_segments=1, request_timeout=1800)
+    t["es_refresh_merge_s"] = time.perf_counter() - began
+    stats = es.indices.stats(index=alias, metric="store,segments")["_all"]["primaries"]
+    t["es_store_mb"] = stats["store"]["size_in_bytes"] / 2**20
+    if lexical.count(TENANT) != n:
+        raise RuntimeError("Elasticsearch lost passages during the load")
+    if vector is not None:  # the server builds HNSW in the background: time queries once it is green
+        began = time.perf_counter()
+        deadline = time.monotonic() + 3600
+        while time.monotonic() < deadline:
+            info = vector._client.get_collection(vector.collection)
+            if info.status == "green" and info.optimizer_status == "ok":
+                break
+            time.sleep(2)
+        t["qdrant_optimize_s"] = time.perf_counter() - began
+    return lexical, vector, t
+
+
+def measure_cpu(fn: Callable[[int], Any], n: int, warmup: int) -> tuple[list[float], list[float], float]:
+    """Wall and this thread's CPU milliseconds per query: on a shared machine wall time includes the
+    time other processes held the cores, CPU time (embedded: the whole query runs in this thread) does not."""
+    for i in range(warmup):
+        fn(i % n)
+    wall: list[float] = []
+    cpu: list[float] = []
+    hits = 0
+    for i in range(n):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        result = fn(i)
+        cpu.append((time.thread_time() - c0) * 1000)
+        wall.append((time.perf_counter() - w0) * 1000)
+        hits += len(result.passages) if hasattr(result, "passages") else len(result)
+    return wall, cpu, hits / n
+
+
+def measure_size(
+    profile: str,
+    n: int,
+    lexical: Any,
+    vector: Any,
+    w: Workload,
+    rankers: list[str],
+    queries: int,
+    extra: dict[str, Any],
+) -> list[dict[str, Any]]:
+    settings = RetrievalSettings(k=8, candidates=50, bm25_floor=0.0, dense_floor=-1.0)
+    retriever = (
+        Retriever(lexical, vector, StubEmbedder(dict(zip(w.texts, w.qvecs, strict=True))), None, settings)
+        if vector is not None
+        else None
+    )
+    as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
+    rows = []
+    for label, group in FILTERS:
+        principal = Principal(tenant=TENANT, user="bench", groups=(group,))
+        access = AccessFilter.for_principal(principal, as_of)
+        cases = {
+            "bm25": lambda i, a=access: lexical.search(w.texts[i], a, settings.candidates, settings.bm25_floor),
+            "bm25-exists": lambda i, a=access: exists_search(
+                lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
+            ),
+            "dense": lambda i, a=access: vector.search(w.qvecs[i], a, settings.candidates, settings.dense_floor),
+            "fused": lambda i, p=principal: retriever.search(p, w.texts[i], as_of),  # type: ignore[union-attr]
+        }
+        for ranker in rankers:
+            latencies, cpu, returned = measure_cpu(cases[ranker], queries, 20)
+            row = {
+                "profile": profile,
+                "passages": n,
+                "filter": label,
+                "ranker": ranker,
+                "queries": queries,
+                "p50_ms": round(float(np.percentile(latencies, 50)), 2),
+                "p95_ms": round(float(np.percentile(latencies, 95)), 2),
+                "cpu_p50_ms": round(float(np.percentile(cpu, 50)), 2),
+                "cpu_p95_ms": round(float(np.percentile(cpu, 95)), 2),
+                "mean_returned": round(returned, 1),
+                **{k: round(v, 1) if isinstance(v, float) else v for k, v in extra.items()},
+            }
+            rows.append(row)
+            print(
+                f"  {profile} {n} {label:>4} {ranker:6s} p50 {row['p50_ms']:8.2f} p95 {row['p95_ms']:8.2f} ms"
+                f" (cpu p50 {row['cpu_p50_ms']:.2f} p95 {row['cpu_p95_ms']:.2f})",
+                file=sys.stderr,
+            )
+    return rows
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table bench/README.md shows, from the results file (`--table`)."""
+    lines = [
+        "| profile | passages | filter | ranker | wall p50 ms | wall p95 ms | CPU p50 ms | CPU p95 ms | returned |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['profile']} | {r['passages']:,} | {r['filter']} | {r['ranker']} | {r['p50_ms']:.2f} |"
+            f" {r['p95_ms']:.2f} | {r.get('cpu_p50_ms', '')} | {r.get('cpu_p95_ms', '')} | {r['mean_returned']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--table"]:
+        print(markdown(json.loads(OUT.read_text())))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=("embedded", "cluster"), default="embedded")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--rankers", nargs="+", choices=RANKERS, default=list(RANKERS))
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
+    parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
+    args = parser.parse_args()
+    dense = any(r in ("dense", "fused") for r in args.rankers)
+    if args.profile == "cluster" and "bm25-exists" in args.rankers:
+        parser.error("bm25-exists is the embedded store's former query")
+    load_start = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    for n in args.sizes:
+        rng = np.random.default_rng(args.seed)
+        q = Queries(n, args.queries, rng)
+        prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
+        with tempfile.TemporaryDirectory(prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")) as tmp:
+            if args.profile == "embedded":
+                lexical, vector, t = load_embedded(Path(tmp), n, q, rng, dense)
+            else:
+                lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
+            t["peak_rss_mb"] = _rss_mb()
+            print(f"{args.profile} {n}: {json.dumps({k: round(v, 1) for k, v in t.items()})}", file=sys.stderr)
+            try:
+                extra = t | ({"build": args.label} if args.label else {})
+                rows += measure_size(args.profile, n, lexical, vector, q.workload(n), args.rankers, args.queries, extra)
+            finally:
+                if args.profile == "cluster":
+                    with contextlib.suppress(Exception):
+                        lexical.drop_all()
+                    if vector is not None:
+                        with contextlib.suppress(Exception):
+                            vector.drop_all()
+                lexical.close()
+                if vector is not None:
+                    vector.close()
+    load_end = os.getloadavg()
+    report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {"rows": [], "runs": []}
+    key = ("profile", "passages", "filter", "ranker", "build")
+    fresh = {tuple(r.get(k, "") for k in key) for r in rows}
+    report["rows"] = [r for r in report["rows"] if tuple(r.get(k, "") for k in key) not in fresh] + rows
+    report.setdefault("runs", []).append(
+        {
+            "profile": args.profile,
+            "sizes": args.sizes,
+            "rankers": args.rankers,
+            "build": args.label,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": _commit(),
+            "loadavg_start": [round(x, 2) for x in load_start],
+            "loadavg_end": [round(x, 2) for x in load_end],
+            "cpus": os.cpu_count(),
+        }
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
