@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import make_passage
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer.embedding_cache import CachedEmbedder, SqliteEmbeddingCache, request_scope
@@ -16,6 +16,7 @@ from indexer.qdrant_edge import EdgeVectorIndex
 from indexer.sink import embedding_text
 from indexer.sqlite_fts import SqliteLexicalIndex
 from query.extractive import ExtractiveModel
+from query.reading import _qualifier_patterns, _strip_qualifier
 from query.rerank import SentenceReranker
 from query.retrieval import RetrievalSettings, Retriever
 from query.sentences import content_terms, sentences, stem, terms_scope
@@ -127,3 +128,37 @@ def _reference_stem(word: str) -> str:
 @given(st.text(alphabet="abdegilnorsty", max_size=12))
 def test_stem_equals_the_reference_on_every_word(word: str) -> None:
     assert stem(word) == _reference_stem(word)
+
+
+def _reference_strip(question: str, name: str) -> str | None:
+    """set_aside's step as it was: three patterns compiled for the name, the first that matches removes."""
+    for pattern in _qualifier_patterns(name):
+        stripped, n = pattern.subn("", question, count=1)
+        if n:
+            return stripped
+    return None
+
+
+_PIECES = st.sampled_from(
+    ["What", "does", "Rocket Skates", "cost", "for", "order", "ticket", "the", "my", "case", "no.", "number", "#",
+     "(", ")", ",", ":", "?", ".", " ", "  ", "\n", "on", "re", "Invoice", "PO", "A-17", "3-4", "9-9", "#512",
+     "PO-2024-7", "12", "3.12", "x", "\x00"]
+)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_PIECES, max_size=14), st.sampled_from(["3-4", "9-9", "#512", "PO-2024-7", "12", "a-17", "A-17"]))
+def test_stripping_a_qualifier_equals_the_patterns_compiled_per_name(pieces: list[str], name: str) -> None:
+    question = " ".join(pieces)
+    assert _strip_qualifier(question, name) == _reference_strip(question, name)
+
+
+def test_stripping_a_qualifier_examples() -> None:
+    for question, name in [
+        ("What does Rocket Skates cost for order 3-4?", "3-4"),
+        ("What is JSONDecodeError a subclass of? (ticket 1003-417)", "1003-417"),
+        ("Ticket 9-9: how long is the refund window?", "9-9"),
+        ("How long, ticket #512?", "#512"),
+        ("What is 12 (case 12) about (case 12)?", "12"),
+    ]:
+        assert _strip_qualifier(question, name) == _reference_strip(question, name) is not None
