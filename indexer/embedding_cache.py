@@ -11,10 +11,12 @@ the model's dimension (a corrupt or foreign entry) is a miss and is overwritten,
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,29 @@ from indexer.ports import Embedder, EmbeddingCache, PurgeDetails, Removal, Vecto
 
 def embedding_key(model_name: str, text: str) -> bytes:
     return hashlib.sha256(f"{model_name}\x00{text}".encode()).digest()
+
+
+_REQUEST: contextvars.ContextVar[dict[bytes, Vectors] | None] = contextvars.ContextVar(
+    "ragsync_embedding_request", default=None
+)
+
+
+@contextlib.contextmanager
+def request_scope() -> Iterator[None]:
+    """Within it, each text (and the question) is embedded or read from the cache once per request.
+
+    One question is embedded by dense retrieval, the reranker and the answering model, and the
+    sentences the reranker scored are scored again by the model: without this, each asked the
+    model (the question, three ONNX runs) or the cache (hundreds of sentence keys) again. The
+    vectors live only as long as the request (a dict dropped at its end, nothing kept after it, so
+    a deleted document's vectors never outlive the request that read them). A pool thread sees the
+    scope when it runs in a copy of the caller's context (contextvars.copy_context().run).
+    """
+    token = _REQUEST.set({})
+    try:
+        yield
+    finally:
+        _REQUEST.reset(token)
 
 
 class SqliteEmbeddingCache:
@@ -104,8 +129,12 @@ class CachedEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         keys = [embedding_key(self.model_name, t) for t in texts]
+        scope = _REQUEST.get()
         found: dict[bytes, Vectors] = {}
-        for key, blob in self.cache.get_many(keys).items():
+        if scope is not None:
+            found.update((k, scope[k]) for k in keys if k in scope)
+        wanted = [k for k in keys if k not in found] if found else keys
+        for key, blob in self.cache.get_many(wanted).items() if wanted else ():
             vector = self._vector(blob)
             if vector is not None:
                 found[key] = vector
@@ -121,10 +150,19 @@ class CachedEmbedder:
             rows = dict(zip(missing, fresh, strict=True))
             found.update(rows)
             self.cache.put_many({key: row.tobytes() for key, row in rows.items()})
+        if scope is not None:
+            scope.update(found)
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> Vectors:
-        return self._inner.embed_query(text)
+        scope = _REQUEST.get()
+        if scope is None:
+            return self._inner.embed_query(text)
+        key = b"query\x00" + embedding_key(self.model_name, text)  # never a text key: the prefix may differ
+        vector = scope.get(key)
+        if vector is None:
+            vector = scope[key] = self._inner.embed_query(text)
+        return vector
 
     def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
         """Drop the entries of these texts (a deleted document's passages): (removed, their keys).

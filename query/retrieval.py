@@ -29,6 +29,7 @@ lags behind:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
@@ -216,7 +217,9 @@ class Retriever:
         """Both floored candidate lists, the dense one in a pool thread while BM25 runs here."""
         if not self.settings.concurrent or not self.dense_enabled:
             return self.lexical_hits(query, access), self.dense_hits(query, access)
-        dense = _pool().submit(self.dense_hits, query, access)
+        # In a copy of this context: the dense half shares the request's embedding scope (the question
+        # is embedded once for both halves, the reranker and the answering model).
+        dense = _pool().submit(contextvars.copy_context().run, self.dense_hits, query, access)
         try:
             lexical = self.lexical_hits(query, access)
         except BaseException:

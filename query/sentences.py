@@ -8,7 +8,10 @@ question's words the same way (`content_terms`), so "covers the question" means 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
+from collections.abc import Iterator
 
 from schemas.sentences import split_sentences
 from schemas.text import STOPWORDS, query_terms, word_count
@@ -21,6 +24,17 @@ MIN_QUOTE_WORDS = 4
 
 
 def sentences(text: str) -> list[str]:
+    """Citable units (see _sentences), each text's once per request within terms_scope."""
+    memo = _SENTENCES.get()
+    if memo is None:
+        return _sentences(text)
+    found = memo.get(text)
+    if found is None:
+        found = memo[text] = tuple(_sentences(text))
+    return list(found)
+
+
+def _sentences(text: str) -> list[str]:
     """Citable units: each line (table rows, list items) cut into sentences, at least 4 words.
 
     A prose line too short to quote alone is joined to the lines after it until the quote is long
@@ -51,22 +65,61 @@ def embedding_text(heading: str, sentence: str) -> str:
     return f"{heading}: {sentence}" if heading else sentence
 
 
+_SUFFIXES = ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s")
+"""Tried in this order: the longest form of each ending first."""
+
+
 def stem(word: str) -> str:
     """A light suffix stripper: enough to match refund/refunds/refunded without a dependency.
 
     A final "e" goes too, so that change/changes/changed (and rule/rules, generate/generated) are
     one term: without it "change" and "changes" never matched.
     """
-    for suffix in ("ations", "ation", "ings", "ing", "edly", "ed", "ies", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            word = word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-            break
+    if word.endswith(_SUFFIXES):  # one C-level test first: most words end in none of them
+        for suffix in _SUFFIXES:
+            if len(word) > len(suffix) + 2 and word.endswith(suffix):
+                word = word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+                break
     return word[:-1] if len(word) > 3 and word.endswith("e") else word
+
+
+_TERMS: contextvars.ContextVar[dict[str, frozenset[str]] | None] = contextvars.ContextVar(
+    "ragsync_terms_request", default=None
+)
+_SENTENCES: contextvars.ContextVar[dict[str, tuple[str, ...]] | None] = contextvars.ContextVar(
+    "ragsync_sentences_request", default=None
+)
+
+
+@contextlib.contextmanager
+def terms_scope() -> Iterator[None]:
+    """Within it, each text's sentences and content terms are worked out once per request.
+
+    The reranker reads every sentence and heading of the fused top 50 and the answering model reads
+    those of the evidence again; the work is pure Python and held the GIL for most of an answer.
+    The memo lives only as long as the request (nothing of a passage's text outlives it).
+    """
+    token, cut = _TERMS.set({}), _SENTENCES.set({})
+    try:
+        yield
+    finally:
+        _SENTENCES.reset(cut)
+        _TERMS.reset(token)
+
+
+def _terms(text: str) -> set[str]:
+    return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in QUESTION_WORDS}
 
 
 def content_terms(text: str) -> set[str]:
     """Stemmed words that say what a text is about: no stopwords, no question words."""
-    return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in QUESTION_WORDS}
+    memo = _TERMS.get()
+    if memo is None:
+        return _terms(text)
+    found = memo.get(text)
+    if found is None:
+        found = memo[text] = frozenset(_terms(text))
+    return set(found)
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_%<>.:+#-]*[A-Za-z0-9_>+#]")

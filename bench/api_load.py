@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Answers under load: N concurrent clients on POST /v1/ask of a real `ragsync serve`, each request a
+unique answerable question, on the embedded or the cluster profile.
+
+The home is an evaluation set's (bench/eval_homes.py; `eval/<set>/run.sh [--ci]` builds it). The
+embedded run serves a copy of it (serve owns and may write its home); the cluster run syncs the same
+corpus into fresh, uniquely named Elasticsearch indices, a Qdrant collection, Kafka topics and a Redis
+namespace through `ragsync worker`, and removes them afterwards. The asker comes only from a token
+signed with the serve's secret, one per principal of the set's questions.
+
+Questions: every answerable question of the set, each made unique by a qualifier holding a reference
+number ("(ticket 4821-3)"), which the answering model sets aside as a careful reader would
+(query.reading.set_aside) and which no passage mentions, so no retrieval cache entry is ever reused.
+Each client sends its next question as soon as the previous answer arrived (closed loop).
+
+Where the time goes: with --py-spy S, py-spy samples the serve for S seconds in the middle of the run
+(every thread, idle ones left out) and the report sums the samples by stage (question embedding,
+sentence embeddings, embedding cache, stores, answer step, HTTP).
+
+    python3 bench/api_load.py --profile embedded                 # 50 clients, 60 s
+    python3 bench/api_load.py --profile cluster --duration 15    # a quick look
+    flock /work/wt/bench.lock python3 bench/api_load.py --profile embedded --label after --py-spy 10
+
+Results are merged into bench/results/api_load.json under runs[<profile>][<label>].
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from eval_homes import embed_model_path, set_paths  # noqa: E402
+
+from query.tokens import issue_token  # noqa: E402
+from schemas.principal import Principal  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "api_load.json"
+SECRET = "bench-api-load-secret-0123456789abcdef"
+GOALS = {"embedded": {"p95_ms": 300, "rps": 100}, "cluster": {"p95_ms": 200, "rps": 100}}
+SET_TENANTS = {"python-manual": ("pydocs", "pyschool"), "git-doc": ("gitdocs",), "flex-doc": ("flexdocs",)}
+
+STAGES = (
+    # (stage, substrings of a frame, first match from the leaf upwards wins)
+    ("question embedding (ONNX)", ("embed_query",)),
+    ("sentence embeddings (ONNX)", ("onnxruntime", "fastembed")),
+    ("embedding cache", ("get_many", "embedding_key", "redis_embeddings", "embedding_cache")),
+    ("reranker (Python)", ("query/rerank.py",)),
+    ("answer step (Python)", ("query/extractive.py", "query/reading.py", "query/sentences.py")),
+    ("lexical store", ("sqlite_fts", "indexer/elastic")),
+    ("vector store", ("qdrant",)),
+    ("deny set / result cache", ("indexer/deny", "redis_deny", "indexer/cache", "redis_cache", "indexer/state")),
+    ("tokens", ("query/tokens.py",)),
+    ("HTTP, JSON, event loop", ("uvicorn", "starlette", "fastapi", "pydantic", "h11", "httptools", "asyncio", "anyio")),
+)
+
+
+def questions(base: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in (base / "questions.jsonl").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            q = json.loads(line)
+            if q.get("expect") == "answer":
+                out.append(q)
+    return out
+
+
+def unique_question(question: str, n: int) -> str:
+    """The question with a qualifier no passage mentions, which the reader sets aside."""
+    return f"{question.rstrip()} (ticket {1000 + n // 1000}-{n % 1000})"
+
+
+def environment(profile: str, home: Path, tag: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
+    env.update(
+        RAGSYNC_PROFILE=profile,
+        RAGSYNC_HOME=str(home),
+        RAGSYNC_EMBED_MODEL_PATH=str(embed_model_path()),
+        RAGSYNC_SESSION_SECRET=SECRET,
+        RAGSYNC_CONFIG=os.devnull,
+        RAGSYNC_METRICS_PORT="0",
+        PYTHONPATH=str(ROOT),
+    )
+    if profile == "cluster":
+        env.update(
+            RAGSYNC_QDRANT_URL="http://127.0.0.1:6333",
+            RAGSYNC_QDRANT_COLLECTION=f"apiload{tag}",
+            RAGSYNC_KAFKA_TOPIC_PREFIX=f"apiload{tag}.",
+            RAGSYNC_ES_INDEX_PREFIX=f"apiload{tag}",
+            RAGSYNC_REDIS_NAMESPACE=f"apiload{tag}",
+        )
+    return env
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 900) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ragsync.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"ragsync {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def start_serve(env: dict[str, str], home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ragsync.cli", "serve", "--port", "0"],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"serve exited:\n{log.read_text()[-3000:]}")
+        lines = log.read_text().splitlines()
+        api = next((line.split("API on ", 1)[1].split()[0] for line in lines if "API on " in line), None)
+        if api is not None:
+            try:
+                if httpx.get(f"{api}/readyz", timeout=5).status_code == 200:
+                    return proc, api
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.2)
+    raise SystemExit("serve not ready")
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cluster_cleanup(tag: str) -> None:
+    """Remove the run's indices and collection (Kafka topics and Redis keys are left to expire)."""
+    with httpx.Client(timeout=30) as http:
+        for url in (f"http://127.0.0.1:9200/apiload{tag}*", f"http://127.0.0.1:6333/collections/apiload{tag}"):
+            with contextlib.suppress(httpx.HTTPError):
+                http.delete(url)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def load(
+    api: str, asks: list[tuple[str, str]], clients: int, duration_s: float, warmup_s: float
+) -> dict[str, Any]:
+    """Closed-loop clients; requests that start during the warm-up are sent but not counted."""
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    answered = 0
+    counter = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    measure_from = begin + warmup_s
+    end = measure_from + duration_s
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal answered, counter
+        while loop.time() < end:
+            n = counter
+            counter += 1
+            token, question = asks[n % len(asks)]
+            text = unique_question(question, n)
+            started = loop.time()
+            counted = started >= measure_from
+            try:
+                response = await http.post(
+                    "/v1/ask", json={"question": text}, headers={"Authorization": f"Bearer {token}"}
+                )
+                ok = response.status_code == 200
+                body = response.json() if ok else None
+            except httpx.HTTPError as exc:
+                ok, body = False, None
+                if counted:
+                    errors[type(exc).__name__] += 1
+                continue
+            finally:
+                elapsed = loop.time() - started
+            if not counted or loop.time() > end:
+                continue
+            if not ok:
+                errors[f"HTTP {response.status_code}"] += 1
+                continue
+            latencies.append(elapsed)
+            answered += bool(body and body.get("answered"))
+
+    async with httpx.AsyncClient(base_url=api, timeout=60, limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    done = len(latencies)
+    return {
+        "requests": done,
+        "errors": sum(errors.values()),
+        "error_kinds": dict(errors),
+        "req_per_s": round(done / duration_s, 1),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000, 1),
+        "p95_ms": round(percentile(latencies, 0.95) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "max_ms": round(max(latencies, default=0.0) * 1000, 1),
+        "answered_share": round(answered / done, 3) if done else 0.0,
+    }
+
+
+def stage_of(stack: str) -> str:
+    frames = stack.split(";")
+    for frame in reversed(frames):
+        for stage, needles in STAGES:
+            if any(n in frame for n in needles):
+                return stage
+    return "other Python"
+
+
+def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(int(seconds)),
+            "--rate",
+            "100",
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def spy_for(pid: int, seconds: float, out: Path) -> None:
+    """py-spy for `seconds`; on a crowded machine it can hang, so it is stopped after a grace period."""
+    proc = py_spy(pid, seconds, out)
+    try:
+        proc.wait(seconds + 60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # py-spy writes what it sampled on SIGINT
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def summarise_profile(path: Path) -> dict[str, Any]:
+    """Samples of busy threads by stage (a stage is the innermost frame that names one)."""
+    if not path.is_file():
+        return {"error": "py-spy wrote nothing"}
+    totals: Counter[str] = Counter()
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            totals[stage_of(stack)] += int(count)
+    total = sum(totals.values()) or 1
+    return {"samples": total, "share": {k: round(v / total, 3) for k, v in totals.most_common()}}
+
+
+def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, str], Path, list[Any]]:
+    """The home to serve and the processes to stop afterwards."""
+    base, eval_home = set_paths(args.set, args.variant, None)
+    home = tmp / "home"
+    env = environment(args.profile, home, tag)
+    procs: list[Any] = []
+    if args.profile == "embedded":
+        shutil.copytree(eval_home, home, ignore=shutil.ignore_patterns("owner.lock", "*.sock"))
+        return env, base, procs
+    worker_log = (tmp / "worker.log").open("wb")
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "ragsync.cli", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    tenants = [a for t in SET_TENANTS[args.set] for a in ("--tenant", t)]
+    started = time.monotonic()
+    print(run_cli(env, "sync", str(base / "corpus"), *tenants, "--source", "corpus", "--json").strip())
+    print(f"cluster sync applied in {time.monotonic() - started:.0f}s")
+    return env, base, procs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", choices=("embedded", "cluster"), default="embedded")
+    parser.add_argument("--set", default="python-manual", choices=sorted(SET_TENANTS))
+    parser.add_argument("--variant", default="ci", choices=("ci", "full"))
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=60.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before measuring")
+    parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling mid-run (0: none)")
+    parser.add_argument("--label", default="after", help="where in the results this run goes (before, after)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    load_start = os.getloadavg()
+    tag = uuid.uuid4().hex[:8]
+    procs: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="ragsync-bench-api-load-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            env, base, procs = prepare(args, tmp, tag)
+            asks = []
+            tokens: dict[tuple[str, str, tuple[str, ...]], str] = {}
+            for q in questions(base):
+                p = q["principal"]
+                key = (p["tenant"], p["user"], tuple(p["groups"]))
+                if key not in tokens:
+                    tokens[key] = issue_token(SECRET, Principal(tenant=key[0], user=key[1], groups=key[2]), ttl_s=7200)
+                asks.append((tokens[key], q["question"]))
+            serve, api = start_serve(env, tmp / "home", tmp / "serve.log")
+            procs.append(serve)
+            spy = tmp / "spy.txt"
+
+            async def run() -> dict[str, Any]:
+                task = asyncio.create_task(load(api, asks, args.clients, args.duration, args.warmup))
+                if args.py_spy > 0:
+                    await asyncio.sleep(args.warmup + max(0.0, (args.duration - args.py_spy) / 2))
+                    await asyncio.to_thread(spy_for, serve.pid, args.py_spy, spy)
+                return await task
+
+            measured = asyncio.run(run())
+            profile = summarise_profile(spy) if args.py_spy > 0 else None
+            serve_log_tail = [line for line in (tmp / "serve.log").read_text().splitlines() if "ERROR" in line][-5:]
+        finally:
+            for proc in reversed(procs):
+                stop(proc)
+            if args.profile == "cluster":
+                cluster_cleanup(tag)
+    goal = GOALS[args.profile]
+    entry = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "set": f"{args.set} ({args.variant})",
+        "clients": args.clients,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        **measured,
+        "meets_goal": measured["errors"] == 0
+        and measured["p95_ms"] <= goal["p95_ms"]
+        and measured["req_per_s"] >= goal["rps"],
+        "where_the_time_goes": profile,
+        "serve_errors_logged": serve_log_tail,
+        "load_avg_start": [round(x, 2) for x in load_start],
+        "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "command": "python3 " + " ".join(sys.argv),
+    }
+    report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    report.setdefault("benchmark", "answers under load: closed-loop clients on /v1/ask, unique answerable questions")
+    report["goals"] = {p: {**g, "errors": 0} for p, g in GOALS.items()}
+    report.setdefault("runs", {}).setdefault(args.profile, {})[args.label] = entry
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in entry.items() if k not in ("machine",)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
