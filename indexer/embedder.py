@@ -16,6 +16,7 @@ Embedding is the ingest cost to avoid, so vectors are cached by sha256(model, te
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -69,6 +70,20 @@ def hub_reachable(repo: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | No
     return None if response.status_code < 400 else f"HTTP {response.status_code} from {url}"
 
 
+def model_identity(model_name: str, model_path: Path | None) -> str:
+    """The name vectors are cached and homes are stamped under: fastembed's model name, plus the
+    export's variant (e.g. "int8") when its provenance (`ragsync model fetch`) names one. The int8
+    MiniLM loads as fastembed's MiniLM but gives other vectors: under one name its cached vectors
+    would be served for the full-precision model's, and the other way round."""
+    if model_path is None:
+        return model_name
+    try:
+        variant = json.loads((model_path / "ragsync-model.json").read_text()).get("variant", "")
+    except (OSError, ValueError, AttributeError):
+        variant = ""
+    return f"{model_name}#{variant}" if isinstance(variant, str) and variant else model_name
+
+
 class FastEmbedder:
     """fastembed's TextEmbedding over a local ONNX export (`model_path`) or a model fetched by name."""
 
@@ -105,7 +120,7 @@ class FastEmbedder:
             self.source = str(model_path)
         else:
             self._model = self._by_name(TextEmbedding, model_name, described, cache, download)
-        self.model_name = model_name
+        self.model_name = model_identity(model_name, model_path)
         self.batch_size = batch_size
         self.query_prefix = query_prefix
         self.dim = int(self.embed(["probe"]).shape[1])

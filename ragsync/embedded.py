@@ -12,7 +12,7 @@ from indexer.cache import InProcessCache
 from indexer.deny import DenySet
 from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, VectorIndex
 from indexer.propagation import PropagationLog
-from ragsync.components import Components, build_embedder, field_weights
+from ragsync.components import Components, build_embedder, field_weights, stamp_home_model
 from ragsync.home import secure_home
 from ragsync.settings import Settings
 from streams.ports import EventLog
@@ -58,7 +58,10 @@ class EmbeddedAdapters:
         )
 
     def embedder(self) -> Embedder | None:
-        return build_embedder(self.settings)
+        embedder = build_embedder(self.settings)
+        if embedder is not None:
+            stamp_home_model(self.home, embedder.model_name)
+        return embedder
 
     def vector(self, dim: int) -> VectorIndex:
         from indexer.qdrant_edge import EdgeVectorIndex

@@ -79,7 +79,10 @@ def fetch(name: str, directory: Path | None, repository: str | None) -> None:
             error(str(exc))
             sys.exit(EXIT_FAILED)
         note(f"{chosen.key} laid out at {dest} (sha256 checked)")
-    if dest == default_dir(chosen.key).absolute():
+    if chosen.variant:
+        # Same fastembed name as the full-precision model: only embed_model_path selects it.
+        note(f"ragsync uses it only with embed_model_path set to {dest} (a {chosen.variant} variant)")
+    elif dest == default_dir(chosen.key).absolute():
         if chosen.fastembed_name == DEFAULT_EMBED_MODEL:
             note("ragsync finds it there with nothing set (it is the default model)")
         else:
