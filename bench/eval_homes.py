@@ -1,4 +1,4 @@
-"""Where the three evaluation sets' homes and questions are, for the benchmarks that read them
+"""Where the evaluation sets' homes and questions are, for the benchmarks that read them
 (bench/ranking.py, bench/calibrate_answers.py): one rule, so both measure the same homes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SETS = ("python-manual", "git-doc", "flex-doc")
+SETS = ("python-manual", "git-doc", "flex-doc", "debian-handbook", "sqlite-doc")
 
 
 def add_homes_option(parser: argparse.ArgumentParser) -> None:

@@ -19,13 +19,24 @@ the three evaluation sets: recall of the top 10 is flat within one question from
 the fused order (0) the reranker drops what BM25 alone knew on the Texinfo manual (eval/README.md)."""
 
 
-def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K, top: int | None = None) -> list[tuple[str, float]]:
-    """Ties break by best single rank, then by ID, so the output is deterministic."""
+def fuse(
+    rankings: Sequence[Sequence[str]],
+    k: int = RRF_K,
+    top: int | None = None,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[str, float]]:
+    """Ties break by best single rank, then by ID, so the output is deterministic.
+
+    `weights` (one per ranking, default all 1) scale each ranking's votes: weighted RRF, measured as a
+    lever by bench/leave_one_out.py."""
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError("one weight per ranking")
     scores: dict[str, float] = {}
     best: dict[str, int] = {}
-    for ranking in rankings:
+    for i, ranking in enumerate(rankings):
+        w = 1.0 if weights is None else weights[i]
         for rank, item in enumerate(dict.fromkeys(ranking), start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + w / (k + rank)
             best[item] = min(best.get(item, rank), rank)
     ordered = sorted(scores.items(), key=lambda kv: (-kv[1], best[kv[0]], kv[0]))
     return ordered[:top] if top is not None else ordered

@@ -28,6 +28,16 @@ def test_rrf_uses_the_briefs_constant_and_breaks_ties_by_best_rank() -> None:
     assert [pid for pid, _ in fuse([["x", "y"], ["y", "x"]])] == ["x", "y"]  # equal scores: same best rank, then ID
 
 
+def test_weighted_rrf_scales_each_rankings_votes_and_unit_weights_change_nothing() -> None:
+    lists = [["a", "b", "c"], ["c", "b", "a"]]
+    assert fuse(lists, weights=[1.0, 1.0]) == fuse(lists)
+    down = fuse(lists, weights=[0.5, 1.0])
+    assert [pid for pid, _ in down] == ["c", "b", "a"]  # the halved first list no longer ties "a" with "c"
+    assert dict(down)["a"] == pytest.approx(0.5 / 61 + 1 / 63)
+    with pytest.raises(ValueError, match="one weight per ranking"):
+        fuse(lists, weights=[1.0])
+
+
 def test_blend_is_free_of_the_rerankers_units() -> None:
     head = ["a", "b", "c", "d", "e"]
     scores = [0.1, 0.9, 0.3, 0.2, 0.85]
