@@ -21,9 +21,11 @@ LIMITS = Limits(
     # Re-measured after the ranking work (issue 12: RRF k=60 + the sentence reranker blended with the fused
     # order; the extractive model's name gate, consistent stemming and min_score 2.07), then after the
     # reranker weighed the whole passage's vector (Git paraphrases 0.714 -> 0.810 on the full sets; here one
-    # question less grounded and MRR 0.798 -> 0.782).
+    # question less grounded and MRR 0.798 -> 0.782). Then with lexical_analyzer = "standard" (no stemming,
+    # as Elasticsearch; eval/README.md): BM25 R@10 0.971 -> 0.941 (two paraphrases), fused R@10 the same,
+    # fused MRR 0.782 -> 0.803, answered 0.559 -> 0.574, grounded 0.515 -> 0.529; the other limits hold.
     fused_recall_at_10=0.97,  # measured 0.985
-    bm25_recall_at_10=0.95,  # measured 0.971
+    bm25_recall_at_10=0.92,  # measured 0.941 (0.971 with Porter stemming)
     dense_recall_at_10=0.83,  # measured 0.853
     fused_mrr=0.77,  # measured 0.782
     answer_rate=0.54,  # measured 0.559 (38/68)
