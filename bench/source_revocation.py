@@ -22,6 +22,10 @@ smb (run as root: makes the Samba user `smbwrev`): see `smb`; each revocation is
 reader's allow on one file, seen by the next full pass (interval_s, default 2 s). Goal: p99 <= interval + 2 s.
 
     sudo python3 bench/source_revocation.py --kind smb            # 50 revocations (~4 min)
+
+dokuwiki: see `dokuwiki`; a private wiki on a free port, revocations through its ACL API.
+
+    python3 bench/source_revocation.py --kind dokuwiki            # 50 revocations (~4 min)
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ def latencies(
     timeout_s: float = 60.0,
     poll_s: float = 0.02,
     asks: list[float] | None = None,
+    spread_s: float = 0.0,
 ) -> list[float]:
     """Seconds from each revoke(i) to the first served(i) that is False; document i must be served first.
 
     `asks` collects how long each served() call took: a latency includes up to one ask after the
-    revocation was applied."""
+    revocation was applied. `spread_s`: wait (i % 7) / 7 of it before revocation i, so revocations
+    fall at different points of a source's pass cycle."""
     out: list[float] = []
     for i in range(n):
         deadline = time.monotonic() + timeout_s
@@ -77,6 +83,7 @@ def latencies(
             if time.monotonic() > deadline:
                 raise SystemExit(f"document {i} is not answered before its revocation")
             time.sleep(0.1)
+        time.sleep((i % 7) * spread_s / 7)  # revocations spread over a pass cycle (not timed)
         started = time.perf_counter()
         revoke(i)
         while True:
@@ -249,8 +256,77 @@ def smb(n: int, interval_s: float) -> dict[str, Any]:
     return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
 
 
-KINDS: dict[str, Callable[[int, float], dict[str, Any]]] = {"posix": posix, "smb": smb}
-GOALS = {"posix": lambda interval_s: GOAL_P99_S, "smb": lambda interval_s: interval_s + 2.0}
+def dokuwiki(n: int, interval_s: float) -> dict[str, Any]:
+    """A private DokuWiki (tests/dokuwiki_world.py) as kind = "dokuwiki": n pages `vault:vNN`, each readable
+    by @staff through a page rule; ann (in staff) asks about each. One page at a time the rule is deleted
+    through the wiki's ACL API (plugin.acl.delAcl), revocations spread over the pass cycle; the latency
+    runs from the API call's start. Goal: p99 <= interval_s + 2 s."""
+    from conftest import free_port
+    from dokuwiki_world import ADMIN, PASSWORD, Wiki, available
+
+    why = available()
+    if why:
+        raise SystemExit(why)
+    base = Path(tempfile.mkdtemp(prefix="rwiki-revocation-"))
+    wiki = Wiki(base / "services", free_port()).start()
+    try:
+        wiki.create_user("ann", ["staff", "user"])
+        wiki.create_user("bob", ["eng", "user"])
+        wiki.revoke("*", "@user")
+        wiki.grant("*", "@ALL", 0)
+        for i in range(n):
+            word = f"{_WORDS[i % len(_WORDS)]}{i:02d}"
+            wiki.put(f"vault:v{i:02d}", f"====== Vault {i} ======\n\nThe access code for vault number {i} is {word}.\n")
+            wiki.grant(f"vault:v{i:02d}", "@staff", 1)
+        config = base / "ragsync.toml"
+        config.write_text(
+            f'[[sources]]\nname = "wiki"\nkind = "dokuwiki"\nurl = "{wiki.url}"\nusername = "{ADMIN}"\n'
+            f'password_env = "BENCH_WIKI_PASSWORD"\ntenants = ["acme"]\ninterval_s = {interval_s}\n'
+        )
+        env = environment(base / "home")
+        env.update(RAGSYNC_CONFIG=str(config), BENCH_WIKI_PASSWORD=PASSWORD)
+        token = issue_token(SECRET, Principal(tenant="acme", user="ann", groups=("staff", "user")))
+        proc, api = start_serve(env, base / "home", base / "serve.log")
+        http = httpx.Client(base_url=api, timeout=60)
+
+        def served(i: int) -> bool:
+            response = http.post(
+                "/v1/ask",
+                json={"question": f"What is the access code for vault number {i}?"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            response.raise_for_status()
+            return any(c["passage_id"].startswith(f"wiki:vault/v{i:02d}@") for c in response.json()["claims"])
+
+        asks: list[float] = []
+        try:
+            drained(http)
+            values = latencies(
+                n,
+                lambda i: wiki.revoke(f"vault:v{i:02d}", "@staff"),
+                served,
+                asks=asks,
+                timeout_s=120.0,
+                spread_s=interval_s,
+            )
+        finally:
+            http.close()
+            proc.terminate()
+            proc.wait(60)
+        log = (base / "serve.log").read_text(errors="replace")
+        passes = [float(m) for m in re.findall(r"full pass of wiki: .* in ([0-9.]+)s", log)]
+    finally:
+        wiki.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
+
+
+KINDS: dict[str, Callable[[int, float], dict[str, Any]]] = {"posix": posix, "smb": smb, "dokuwiki": dokuwiki}
+GOALS = {
+    "posix": lambda interval_s: GOAL_P99_S,
+    "smb": lambda interval_s: interval_s + 2.0,
+    "dokuwiki": lambda interval_s: interval_s + 2.0,
+}
 
 
 def main() -> None:
@@ -260,7 +336,7 @@ def main() -> None:
     parser.add_argument("--kind", choices=sorted(KINDS), default="posix")
     parser.add_argument("-n", type=int, default=50, help="Revocations.")
     parser.add_argument(
-        "--interval", type=float, help="The source's interval_s (full passes); default 300 (posix), 2 (smb)."
+        "--interval", type=float, help="The source's interval_s (full passes); default 300 (posix), else 2."
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
