@@ -18,6 +18,7 @@ a reader can see, and a row missing from it (fail closed) is only ever a row nob
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,30 @@ def principal_clause(entries: Sequence[str]) -> str:
 def filtered_match(text_expression: str, entries: Sequence[str]) -> str:
     """The words, in the text columns only (a user's word never matches a token), AND the principal."""
     return "{title heading text} : (" + text_expression + ") AND " + principal_clause(entries)
+
+
+def words_only(text_expression: str) -> str:
+    """The words without the principal: for principals named on nearly every row (see `principal_share`)."""
+    return "{title heading text} : (" + text_expression + ")"
+
+
+SAMPLE = 256
+DENSE_SHARE = 0.8
+"""Above this share of rows, the index filter costs more (FTS5 walks the tokens' posting list beside
+the words') than the rows it removes save; the exact check then filters alone, in more rounds."""
+
+
+def principal_share(conn: sqlite3.Connection, fts: str, entries: Sequence[str]) -> float:
+    """About what share of the rows the principal's tokens are on: the first SAMPLE rows carrying them
+    (rowid order) against the span of row ids they cover. Row ids are shared by every tenant, so the
+    span can only overstate the rows and the share only err low (towards filtering in the index).
+    Only chooses the plan: the exact check decides either way, so a wrong guess costs time only."""
+    rows = conn.execute(
+        f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? LIMIT ?", (principal_clause(entries), SAMPLE)
+    ).fetchall()
+    if len(rows) < SAMPLE:
+        return 0.0  # fewer than SAMPLE rows in all: filter in the index
+    return len(rows) / (int(rows[-1][0]) - int(rows[0][0]) + 1)
 
 
 @dataclass(frozen=True)

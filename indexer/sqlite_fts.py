@@ -25,7 +25,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from indexer.fts_acl import Candidate, Verified, acl_token, acl_tokens, filtered_match, top_verified
+from indexer.fts_acl import (
+    DENSE_SHARE,
+    Candidate,
+    Verified,
+    acl_token,
+    acl_tokens,
+    filtered_match,
+    principal_share,
+    top_verified,
+    words_only,
+)
 from indexer.ports import (
     DEFAULT_FIELD_WEIGHTS,
     DEFAULT_LEXICAL_ANALYZER,
@@ -387,7 +397,10 @@ class SqliteLexicalIndex:
             fts = self._fts(access.tenant, create=False)
             if fts is None:
                 return []
-            match = filtered_match(expression, access.entries)
+            if principal_share(self._conn, fts, access.entries) >= DENSE_SHARE:
+                match = words_only(expression)
+            else:
+                match = filtered_match(expression, access.entries)
             w = self.weights
             rank = f"-bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}, 0)"
 

@@ -136,3 +136,26 @@ def test_a_home_of_the_three_column_layout_is_rebuilt_with_tokens_from_passage_a
         assert _tokens(path, "group:board") == 1
     finally:
         reopened.close()
+
+
+def test_a_principal_on_nearly_every_row_is_filtered_by_the_exact_check_alone(tmp_path: Path) -> None:
+    """Above DENSE_SHARE the words are matched without the tokens: the exact check must still refuse
+    rows granted later than as_of, superseded rows, and rows that name other entries only."""
+    index = SqliteLexicalIndex(tmp_path / "lexical.db")
+    try:
+        later = {"group:staff": NOW + timedelta(days=1)}
+        passages = [make_passage(f"orbit report {i}", doc_id=f"d{i}.md") for i in range(300)]
+        passages[3] = make_passage("orbit orbit orbit", doc_id="hr.md", acl=("group:hr",))
+        passages[4] = make_passage("orbit orbit orbit", doc_id="old.md", superseded_on=NOW - timedelta(days=1))
+        passages[5] = make_passage("orbit orbit orbit", doc_id="new.md")
+        index.upsert(passages)
+        index.set_acl("acme", "new.md", ("group:staff",), later)
+        fts = index._fts("acme", create=False)
+        assert fts is not None
+        from indexer.fts_acl import DENSE_SHARE, principal_share
+
+        assert principal_share(index._conn, fts, STAFF.entries) >= DENSE_SHARE
+        found = {h.passage.doc_id for h in index.search("orbit", STAFF, 400, 0.0)}
+        assert len(found) == 297 and not found & {"hr.md", "old.md", "new.md"}
+    finally:
+        index.close()
