@@ -43,7 +43,7 @@ class MethodRetriever(Retriever):
         key = (access.tenant, *access.entries, access.as_of.isoformat())
         qv = np.asarray(self.embedder.embed_query(query), dtype=np.float32)
         if key not in self.readable:
-            ids = [h.passage_id for h in self.vector.search(list(qv), access, ALL, -1.0)]
+            ids = [h.passage_id for h in self.vector.search(qv, access, ALL, -1.0)]
             self.readable[key] = self.lexical.passages(access, ids)
         best = []
         for p in self.readable[key]:
