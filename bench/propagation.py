@@ -27,6 +27,7 @@ import heapq
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import threading
@@ -57,6 +58,32 @@ from propagation_events import (  # noqa: E402
     target_doc,
     upsert,
 )
+
+BUSY_LOOP = "while True: pass"
+
+
+class BackgroundLoad:
+    """N CPU-bound processes of the benchmark's own, so a figure "under load" is reproducible: the
+    machine is as busy as the flag says, not as busy as whatever else happened to run. Each is a
+    plain busy loop (one core each while it runs), killed by its PID when the run ends."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BackgroundLoad:
+        self.procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait()
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -122,6 +149,8 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
                     heapq.heappush(due, (time.monotonic() + RETRY_S, p.seq, p))
 
     backlog_at_start = runner.backlog()
+    end_at_start = runner.documents_end()
+    events_began = time.monotonic()
     threads = [threading.Thread(target=prober, daemon=True) for _ in range(args.probers or runner.probers)]
     for t in threads:
         t.start()
@@ -143,7 +172,14 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
         t.join()
     runner.finish(probes, deadline[0])
     backlog_at_end = runner.backlog()
+    elapsed = time.monotonic() - events_began
+    consumed = backlog_at_start - backlog_at_end + runner.documents_end() - end_at_start
     result = report(args, probes, backlog_at_start, backlog_at_end, runner.versions())
+    # The documents applied while the events propagated: the backlog keeps draining, it is not
+    # starved by the priority given to revocations and deletions.
+    result["counts"]["events_phase_s"] = round(elapsed, 1)
+    result["counts"]["documents_records_consumed"] = consumed
+    result["counts"]["backlog_drained_per_s"] = round(consumed / elapsed, 2)
     result["worker_records"] = runner.worker_records()
     result["probe_cost_s"] = {name: summary(values) for name, values in COSTS.items()}
     result["probe_errors"] = {"count": len(probe_errors), "first": probe_errors[:3]}
@@ -156,6 +192,7 @@ def report(
     out: dict[str, Any] = {
         "profile": args.profile,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "background_load": args.background_load,
         "counts": {
             "backlog_upserts": args.backlog,
             "revocations": args.revocations,
@@ -222,8 +259,14 @@ def table(result: dict[str, Any]) -> str:
     lines.append(
         f"documents backlog: {counts['documents_backlog_when_events_started']} when the events began,"
         f" {counts['documents_backlog_when_all_converged']} when the last converged"
+        f" ({counts.get('backlog_drained_per_s', 0)} documents/s over {counts.get('events_phase_s', 0)} s)"
     )
     lines.append(f"goals: {result['goals']}")
+    if "load_average" in result:
+        lines.append(
+            f"background load: {result.get('background_load', 0)} busy processes; load average (1/5/15 min)"
+            f" {result['load_average']['start']} at start, {result['load_average']['end']} at end"
+        )
     by_copy = result.get("worker_records", {}).get("by_copy", {})
     if by_copy:
         lines.append("worker's own records (p50/p99 s from publish):")
@@ -244,16 +287,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--probers", type=int, default=0, help="threads querying for pending events (default: 16 cluster, 6 embedded)"
     )
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy-loop processes of its own for the whole run (killed at the end)",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     factory: Callable[[Path], Any] = Cluster if args.profile == "cluster" else Embedded
-    with tempfile.TemporaryDirectory(prefix="ragsync-propagation-") as tmp:
+    load_at_start = loadavg()
+    with tempfile.TemporaryDirectory(prefix="ragsync-propagation-") as tmp, BackgroundLoad(args.background_load):
         runner = factory(Path(tmp))
         try:
             result = run(runner, args)
         finally:
             runner.close()
-    out = args.out or RESULTS / f"propagation-{args.profile}.json"
+        load_at_end = loadavg()  # before the busy loops stop
+    result["load_average"] = {"start": load_at_start, "end": load_at_end}
+    suffix = f"-load{args.background_load}" if args.background_load else ""
+    out = args.out or RESULTS / f"propagation-{args.profile}{suffix}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
     print(f"wrote {out}")

@@ -89,6 +89,18 @@ class Cluster:
     def backlog(self) -> int:
         return int(self.components.events.lag("documents", f"{self.settings.kafka_topic_prefix}indexer"))
 
+    def documents_end(self) -> int:
+        """Records ever written to the documents topic (its end offsets): with the lag, how many the
+        worker consumed (the deletions' erase markers and tombstones land there too)."""
+        from kafka import TopicPartition
+        from kafka.admin import OffsetSpec
+
+        events: Any = self.components.events
+        topic = events.kafka_topic("documents")
+        tps = [TopicPartition(topic, p) for p in events._partitions[topic]]
+        ends = events._admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps})
+        return int(sum(ends[tp].offset for tp in tps))
+
     @property
     def vector(self) -> Any:
         if self._vector is None:

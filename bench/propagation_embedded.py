@@ -120,6 +120,10 @@ class Embedded:
     def backlog(self) -> int:
         return int(self.components.events.lag("documents", "ragsync-indexer"))
 
+    def documents_end(self) -> int:
+        """The SQLite log erases in place: nothing is appended to the documents topic meanwhile."""
+        return 0
+
     @property
     def vector(self) -> Any:
         return None

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 import time
+from typing import Any
 
 import faust
 from kafka import KafkaAdminClient
@@ -21,7 +23,7 @@ from ragsync.propagation_metrics import PropagationMetrics
 from ragsync.purge import scheduled_purges
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import build
-from streams.faust_app import Deployment, Indexer, build_app
+from streams.faust_app import Deployment, Indexer, build_app, lower_priority
 from streams.kafka_admin import ensure_topics
 
 log = logging.getLogger("streams.faust_app")  # the name it had before the move (issue 21), for log filters
@@ -39,6 +41,7 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
     finally:
         admin.close()
     components = build(settings)
+    load_model_at_low_priority(components)
     # One line per HTTP request to Elasticsearch would drown the worker's own log at INFO.
     for noisy in ("elastic_transport", "elastic_transport.transport", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -77,6 +80,29 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
             log.info("faust worker stopped after %.0fs: %s", time.monotonic() - started, indexer.summary())
     finally:
         components.close()
+
+
+def load_model_at_low_priority(components: Any) -> None:
+    """Load the embedding model from a thread that lowered its OS priority first.
+
+    ONNX Runtime creates its intra-op threads when the model loads, and a Linux thread inherits its
+    creator's priority: loaded from such a thread, all of embedding (the documents thread lowers its
+    own priority too, streams.faust_app.DOCUMENTS_NICE) yields the CPU to the access appliers.
+    """
+    failure: list[BaseException] = []
+
+    def load() -> None:
+        lower_priority()
+        try:
+            _ = components.embedder
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    loader = threading.Thread(target=load, name="ragsync-model-load")
+    loader.start()
+    loader.join()
+    if failure:
+        raise failure[0]
 
 
 def main(argv: list[str] | None = None) -> None:

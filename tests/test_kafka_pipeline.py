@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -677,3 +678,90 @@ def test_deny_writes_never_queue_behind_the_appliers_thread_pool() -> None:
 
     asyncio.run(scenario())
     assert tracker.records == [record]
+
+
+class BlockingLexical:
+    """Holds the upsert of one document until released, like a document whose embedding and writes
+    take long on a busy machine."""
+
+    def __init__(self, inner: Any, doc_id: str) -> None:
+        self.inner = inner
+        self.doc_id = doc_id
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def upsert(self, passages: Any) -> None:
+        if passages and passages[0].doc_id == self.doc_id:
+            self.entered.set()
+            self.release.wait(30)
+        self.inner.upsert(passages)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.timeout(120)
+def test_revocations_are_applied_while_the_default_pool_and_the_documents_thread_are_busy(tmp_path: Path) -> None:
+    """On a busy machine purges and other work fill the event loop's default thread pool and a document
+    takes long to apply; an ACL change must still reach the stores at once, on threads of its own."""
+    from indexer.cache import InProcessCache
+    from indexer.sink import IndexSink
+    from indexer.sqlite_fts import SqliteLexicalIndex
+    from indexer.state import SqliteDeletionAudit, SqliteDocStates
+    from streams.faust_app import Indexer
+    from streams.ports import Record
+
+    lexical = BlockingLexical(SqliteLexicalIndex(tmp_path / "lexical.db"), "kafka-test:slow.md")
+    docs = SqliteDocStates(tmp_path / "state.db")
+    sink = IndexSink(lexical, None, None, docs, SqliteDeletionAudit(tmp_path / "state.db"), InProcessCache())
+    indexer = Indexer(sink)
+    slow = upsert("acme", "kafka-test:slow.md", 1, "# Slow\n\nA document that takes long.")
+    revocation = acl_event("acme", "kafka-test:vault.md", 2, ("group:hr",))
+    release = threading.Event()
+    running: list[int] = []
+    pool_size = min(32, (os.cpu_count() or 1) + 4)  # the default executor's size (ThreadPoolExecutor)
+
+    def record(topic: str, event: Event) -> Record:
+        return Record(topic, 0, 0, event.key, event.model_dump_json().encode())
+
+    def occupy() -> None:
+        running.append(1)
+        release.wait(30)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        busy = [loop.run_in_executor(None, occupy) for _ in range(64)]
+        document = asyncio.create_task(indexer.apply(record(TOPIC_DOCUMENTS, slow)))
+        try:
+            wait_until(lambda: len(running) >= pool_size, 10, "every thread of the default pool busy")
+            with ThreadPoolExecutor(1) as own:  # not the default pool, which is full
+                started = await loop.run_in_executor(own, lexical.entered.wait, 10)
+            assert started, "the document never started: it queued behind the default pool"
+            assert await asyncio.wait_for(indexer.apply(record(TOPIC_ACL, revocation)), timeout=5) is None
+            state = docs.get("acme", "kafka-test:vault.md")
+            assert state is not None and state.acl_version == 2 and tuple(state.acl) == ("group:hr",)
+            assert not document.done(), "the document was still being applied"
+        finally:
+            release.set()
+            lexical.release.set()
+            await asyncio.gather(*busy)
+            await document
+
+    asyncio.run(scenario())
+    assert lexical.count("acme", "kafka-test:slow.md") == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice is Linux's")
+def test_the_documents_thread_runs_at_a_lower_os_priority_than_the_access_appliers() -> None:
+    from streams.faust_app import DOCUMENTS_NICE, Indexer
+
+    indexer = Indexer(sink=None)  # type: ignore[arg-type]
+
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = own_nice()
+    documents = indexer._documents_pool.submit(own_nice).result(10)
+    access = indexer._access_pool.submit(own_nice).result(10)
+    assert access == base
+    assert documents == min(19, base + DOCUMENTS_NICE) and documents > base
