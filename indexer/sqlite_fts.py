@@ -9,15 +9,13 @@ contributes to its own tenant's statistics, as in any index.
 Title, heading path and body are three FTS columns weighted apart (`FieldWeights`): a section
 heading names the topic of its passages, and the page title does too, but a title is shared by
 every passage of the page (and often ends in a site-wide suffix), so it gets its own column, its
-own length normalisation and a weight of its own instead of inflating the heading's. Tables made
-before the title had a column (`heading, text`) are rebuilt from the `passages` table on open, and so
-are tables made with another analyzer (`LexicalAnalyzer`: the tokenizer is part of the table's name).
+own length normalisation and a weight of its own instead of inflating the heading's. The file's
+layout (tables, rows, and the migrations of older homes) is indexer.sqlite_fts_schema.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import threading
@@ -29,7 +27,6 @@ from indexer.fts_acl import (
     DENSE_SHARE,
     Candidate,
     Verified,
-    acl_token,
     acl_tokens,
     filtered_match,
     principal_share,
@@ -44,70 +41,22 @@ from indexer.ports import (
     LexicalAnalyzer,
     StoredPassage,
 )
-from schemas._time import from_epoch_ms, to_epoch_ms
+from indexer.sqlite_fts_schema import (
+    ALWAYS_MS,
+    TOKENIZERS,
+    acl_rows,
+    connect,
+    create_fts,
+    fts_row,
+    migrate_grants,
+    migrate_layout,
+    row_hit,
+    since_json,
+)
+from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
 from schemas.text import query_terms
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS passages (
-    rid INTEGER PRIMARY KEY,
-    passage_id TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    anchor TEXT NOT NULL,
-    acl TEXT NOT NULL,
-    effective_ms INTEGER NOT NULL,
-    superseded_ms INTEGER,
-    heading_path TEXT NOT NULL,
-    title TEXT NOT NULL,
-    text TEXT NOT NULL,
-    source_url TEXT NOT NULL,
-    chunker_version TEXT NOT NULL,
-    UNIQUE (tenant, passage_id)
-);
-CREATE INDEX IF NOT EXISTS passages_doc ON passages(tenant, doc_id, version);
-CREATE TABLE IF NOT EXISTS passage_acl (
-    rid INTEGER NOT NULL,
-    entry TEXT NOT NULL,
-    since_ms INTEGER NOT NULL DEFAULT -4611686018427387904,
-    PRIMARY KEY (rid, entry)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
-"""
-
-FTS_COLUMNS = "title, heading, text, principals"
-"""Column layout of every FTS table; a table with another layout is rebuilt (see `_migrate`).
-`principals` holds the ACL tokens the query filters on inside the index (indexer.fts_acl)."""
-
-
-ALWAYS_MS = -(2**62)
-"""`since_ms` of an entry granted from the beginning (no instant recorded)."""
-
-
-def _acl_rows(rid: int | None, acl: Sequence[str], since: Mapping[str, datetime]) -> list[tuple[object, ...]]:
-    return [(rid, e, to_epoch_ms(since[e]) if e in since else ALWAYS_MS) for e in sorted(set(acl))]
-
-
-def _since_json(since: Mapping[str, datetime]) -> str:
-    return json.dumps({e: to_epoch_ms(t) for e, t in sorted(since.items())}, separators=(",", ":"))
-
-
-_TOKENIZERS: dict[LexicalAnalyzer, tuple[str, str]] = {
-    "english": ("fts4p_", "porter unicode61"),
-    "standard": ("fts4s_", "unicode61"),
-}
-"""Table name prefix and FTS5 tokenizer of each analyzer. The prefix names the layout (with the
-principals column) and the analyzer: a table of an older layout or another analyzer is rebuilt."""
-
-
-def _fts_name(tenant: str, analyzer: LexicalAnalyzer) -> str:
-    return _TOKENIZERS[analyzer][0] + hashlib.sha1(tenant.encode()).hexdigest()[:16]
-
-
-def _fts_row(p: Passage) -> tuple[str, str, str, str]:
-    return (p.title, " ".join(p.heading_path), p.text, acl_tokens(p.acl))
 
 
 def _match_expression(query: str) -> str | None:
@@ -137,25 +86,18 @@ class SqliteLexicalIndex:
         deferred: bool = False,
         analyzer: LexicalAnalyzer = DEFAULT_LEXICAL_ANALYZER,
     ) -> None:
-        if analyzer not in _TOKENIZERS:
-            raise ValueError(f"unknown lexical analyzer {analyzer!r} (one of {', '.join(_TOKENIZERS)})")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if analyzer not in TOKENIZERS:
+            raise ValueError(f"unknown lexical analyzer {analyzer!r} (one of {', '.join(TOKENIZERS)})")
         self.weights = weights
         self.analyzer: LexicalAnalyzer = analyzer
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._conn.create_function("acl_token", 1, acl_token, deterministic=True)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
-        # Freed pages and cells are overwritten: a deleted passage's text does not linger in free space.
-        self._conn.execute("PRAGMA secure_delete=ON")
-        self._conn.executescript(_SCHEMA)
-        self._conn.execute("CREATE TABLE IF NOT EXISTS purge_pending (fts TEXT PRIMARY KEY) WITHOUT ROWID")
+        self._conn = connect(path, deferred=deferred)
         self._lock = threading.RLock()
         self.deferred = deferred
         self._merge_pending: set[str] = set()
         self._known_fts: set[str] = set()
-        self._migrate()
-        self._migrate_grants()
+        with self._lock:
+            migrate_layout(self._conn, self.analyzer, lambda tenant: self._fts(tenant, create=True))
+            migrate_grants(self._conn)
         for (name,) in self._conn.execute("SELECT name FROM fts_tables").fetchall():
             self._known_fts.add(str(name))
             self._set_automerge(str(name))
@@ -169,60 +111,6 @@ class SqliteLexicalIndex:
             self._conn.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('automerge', ?)", (wanted,))
         if self.deferred:
             self._merge_pending.add(fts)
-
-    def _migrate(self) -> None:
-        """Rebuild FTS tables of an older layout or analyzer from the passages table, in one transaction."""
-        with self._lock:
-            rows = self._conn.execute("SELECT tenant, name FROM fts_tables").fetchall()
-            stale = [(str(t), str(n)) for t, n in rows if str(n) != _fts_name(str(t), self.analyzer)]
-            if not stale:
-                return
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for tenant, old in stale:
-                    new = _fts_name(tenant, self.analyzer)
-                    self._conn.execute(f"DROP TABLE IF EXISTS {old}")
-                    self._conn.execute("DELETE FROM fts_tables WHERE tenant = ?", (tenant,))
-                    self._fts(tenant, create=True)
-                    # The tokens come from passage_acl, the table the exact check reads, never from
-                    # the JSON copy: the index filter can then only be as wide as the exact one.
-                    self._conn.execute(
-                        f"INSERT INTO {new}(rowid, title, heading, text, principals)"
-                        " SELECT rid, title, (SELECT group_concat(value, ' ') FROM json_each(heading_path)), text,"
-                        " (SELECT coalesce(group_concat(acl_token(a.entry), ' '), '') FROM passage_acl a"
-                        "  WHERE a.rid = passages.rid)"
-                        " FROM passages WHERE tenant = ?",
-                        (tenant,),
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-
-    def _migrate_grants(self) -> None:
-        """Homes written before grants had instants: every entry of a document is taken as granted from
-        its newest version's effective date, so no older version is readable as of an earlier instant
-        by anyone until the document's next event records the true instants (fails closed)."""
-        with self._lock:
-            columns = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(passages)")}
-            if "acl_since" in columns:
-                return
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.execute("ALTER TABLE passages ADD COLUMN acl_since TEXT")
-                acl_columns = {str(r[1]) for r in self._conn.execute("PRAGMA table_info(passage_acl)")}
-                if "since_ms" not in acl_columns:
-                    self._conn.execute(
-                        f"ALTER TABLE passage_acl ADD COLUMN since_ms INTEGER NOT NULL DEFAULT {ALWAYS_MS}"
-                    )
-                self._conn.execute(
-                    "UPDATE passage_acl SET since_ms = (SELECT MAX(q.effective_ms) FROM passages p"
-                    " JOIN passages q ON q.tenant = p.tenant AND q.doc_id = p.doc_id WHERE p.rid = passage_acl.rid)"
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -278,17 +166,12 @@ class SqliteLexicalIndex:
             return False
 
     def _fts(self, tenant: str, create: bool) -> str | None:
-        name = _fts_name(tenant, self.analyzer)
         row = self._conn.execute("SELECT name FROM fts_tables WHERE tenant = ?", (tenant,)).fetchone()
         if row:
             return str(row[0])
         if not create:
             return None
-        tokenizer = _TOKENIZERS[self.analyzer][1]
-        self._conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='{tokenizer}')"
-        )
-        self._conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
+        name = create_fts(self._conn, tenant, self.analyzer)
         self._set_automerge(name)
         self._known_fts.add(name)
         return name
@@ -311,7 +194,7 @@ class SqliteLexicalIndex:
                         p.version,
                         p.anchor,
                         json.dumps(list(p.acl)),
-                        _since_json(p.acl_since),
+                        since_json(p.acl_since),
                         to_epoch_ms(p.effective_from),
                         to_epoch_ms(p.superseded_on) if p.superseded_on else None,
                         json.dumps(list(p.heading_path)),
@@ -323,11 +206,11 @@ class SqliteLexicalIndex:
                 )
                 rid = cur.lastrowid
                 self._conn.executemany(
-                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, p.acl, p.acl_since)
+                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", acl_rows(rid, p.acl, p.acl_since)
                 )
                 self._conn.execute(
                     f"INSERT INTO {fts}(rowid, title, heading, text, principals) VALUES (?, ?, ?, ?, ?)",
-                    (rid, *_fts_row(p)),
+                    (rid, *fts_row(p)),
                 )
 
     def _delete_rows(self, tenant: str, fts: str | None, where: str, args: tuple[object, ...]) -> int:
@@ -375,14 +258,14 @@ class SqliteLexicalIndex:
             ]
             self._conn.execute(
                 "UPDATE passages SET acl = ?, acl_since = ? WHERE tenant = ? AND doc_id = ?",
-                (json.dumps(list(acl)), _since_json(since), tenant, doc_id),
+                (json.dumps(list(acl)), since_json(since), tenant, doc_id),
             )
             fts = self._fts(tenant, create=False)
             tokens = acl_tokens(acl)
             for rid in rids:
                 self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
                 self._conn.executemany(
-                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", _acl_rows(rid, acl, since)
+                    "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", acl_rows(rid, acl, since)
                 )
                 if fts:  # same transaction as passage_acl: no reader sees tokens wider than the exact table
                     self._conn.execute(f"UPDATE {fts} SET principals = ? WHERE rowid = ?", (tokens, rid))
@@ -420,7 +303,7 @@ class SqliteLexicalIndex:
             finally:
                 if own:
                     self._conn.execute("COMMIT")
-            return [self._hit(rows[v.rid] | {"score": v.score}) for v in found]
+            return [row_hit(rows[v.rid] | {"score": v.score}) for v in found]
 
     def _verify(self, access: AccessFilter, candidates: list[Candidate]) -> list[Verified]:
         """The exact check (tenant, validity dates, an entry granted no later than as_of) on candidates:
@@ -469,7 +352,7 @@ class SqliteLexicalIndex:
                     (access.tenant, *chunk, as_of, as_of, *access.entries, as_of),
                 )
                 cols = [d[0] for d in cur.description]
-                out.extend(self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
+                out.extend(row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
         return out
 
     def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:
@@ -479,28 +362,7 @@ class SqliteLexicalIndex:
                 (tenant, doc_id),
             )
             cols = [d[0] for d in cur.description]
-            return [self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
-
-    @staticmethod
-    def _hit(row: dict[str, object]) -> Hit:
-        superseded = row["superseded_ms"]
-        passage = Passage(
-            passage_id=str(row["passage_id"]),
-            doc_id=str(row["doc_id"]),
-            version=int(str(row["version"])),
-            anchor=str(row["anchor"]),
-            tenant=str(row["tenant"]),
-            acl=tuple(json.loads(str(row["acl"]))),
-            acl_since={e: from_epoch_ms(int(ms)) for e, ms in json.loads(str(row.get("acl_since") or "{}")).items()},
-            effective_from=from_epoch_ms(int(str(row["effective_ms"]))),
-            superseded_on=from_epoch_ms(int(str(superseded))) if superseded is not None else None,
-            heading_path=tuple(json.loads(str(row["heading_path"]))),
-            title=str(row["title"]),
-            text=str(row["text"]),
-            source_url=str(row["source_url"]),
-            chunker_version=str(row["chunker_version"]),
-        )
-        return Hit(passage=passage, score=float(str(row["score"])))
+            return [row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
 
     def delete_superseded(self, before: datetime) -> list[Passage]:
         """Delete every passage superseded before the instant (retention); returns what was deleted."""
@@ -511,7 +373,7 @@ class SqliteLexicalIndex:
                 (ms,),
             )
             cols = [d[0] for d in cur.description]
-            doomed = [self._hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
+            doomed = [row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
         by_tenant: dict[str, list[str]] = {}
         for p in doomed:
             by_tenant.setdefault(p.tenant, []).append(p.passage_id)
@@ -587,7 +449,7 @@ class SqliteLexicalIndex:
             )
             cols = [d[0] for d in cur.description]
             rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
-        return [(int(str(row["rid"])), self._hit(row).passage) for row in rows]
+        return [(int(str(row["rid"])), row_hit(row).passage) for row in rows]
 
     def close(self) -> None:
         with self._lock:

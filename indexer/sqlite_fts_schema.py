@@ -1,0 +1,182 @@
+"""The on-disk layout of the embedded lexical index (indexer.sqlite_fts): tables, FTS table names,
+rows to and from passages, and the migrations that bring an older home up to this layout.
+
+Kept apart from the store so the store reads as what it does (write, delete, search, purge) and
+every question of "what is in the file, and how did an older file become it" has one place.
+Tables made before the title had a column (`heading, text`) are rebuilt from the `passages` table
+on open, and so are tables made with another analyzer (`LexicalAnalyzer`: the tokenizer is part of
+the table's name). Homes written before grants had instants get them, failing closed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from indexer.fts_acl import acl_token, acl_tokens
+from indexer.ports import Hit, LexicalAnalyzer
+from schemas._time import from_epoch_ms, to_epoch_ms
+from schemas.passages import Passage
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS passages (
+    rid INTEGER PRIMARY KEY,
+    passage_id TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    anchor TEXT NOT NULL,
+    acl TEXT NOT NULL,
+    effective_ms INTEGER NOT NULL,
+    superseded_ms INTEGER,
+    heading_path TEXT NOT NULL,
+    title TEXT NOT NULL,
+    text TEXT NOT NULL,
+    source_url TEXT NOT NULL,
+    chunker_version TEXT NOT NULL,
+    UNIQUE (tenant, passage_id)
+);
+CREATE INDEX IF NOT EXISTS passages_doc ON passages(tenant, doc_id, version);
+CREATE TABLE IF NOT EXISTS passage_acl (
+    rid INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    since_ms INTEGER NOT NULL DEFAULT -4611686018427387904,
+    PRIMARY KEY (rid, entry)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fts_tables (tenant TEXT PRIMARY KEY, name TEXT NOT NULL);
+"""
+
+FTS_COLUMNS = "title, heading, text, principals"
+"""Column layout of every FTS table; a table with another layout is rebuilt (see `migrate_layout`).
+`principals` holds the ACL tokens the query filters on inside the index (indexer.fts_acl)."""
+
+
+ALWAYS_MS = -(2**62)
+"""`since_ms` of an entry granted from the beginning (no instant recorded)."""
+
+
+TOKENIZERS: dict[LexicalAnalyzer, tuple[str, str]] = {
+    "english": ("fts4p_", "porter unicode61"),
+    "standard": ("fts4s_", "unicode61"),
+}
+"""Table name prefix and FTS5 tokenizer of each analyzer. The prefix names the layout (with the
+principals column) and the analyzer: a table of an older layout or another analyzer is rebuilt."""
+
+
+def connect(path: Path, *, deferred: bool) -> sqlite3.Connection:
+    """The index's connection with its tables made: WAL, FULL sync on the batched path (a batch is one
+    commit, so it can afford it), and freed pages overwritten so a deleted passage's text does not
+    linger in free space."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.create_function("acl_token", 1, acl_token, deterministic=True)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL" if deferred else "PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA secure_delete=ON")
+    conn.executescript(SCHEMA)
+    conn.execute("CREATE TABLE IF NOT EXISTS purge_pending (fts TEXT PRIMARY KEY) WITHOUT ROWID")
+    return conn
+
+
+def fts_name(tenant: str, analyzer: LexicalAnalyzer) -> str:
+    return TOKENIZERS[analyzer][0] + hashlib.sha1(tenant.encode()).hexdigest()[:16]
+
+
+def create_fts(conn: sqlite3.Connection, tenant: str, analyzer: LexicalAnalyzer) -> str:
+    """Create the tenant's FTS table (this layout, this analyzer) and record it in `fts_tables`."""
+    name = fts_name(tenant, analyzer)
+    tokenizer = TOKENIZERS[analyzer][1]
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5({FTS_COLUMNS}, tokenize='{tokenizer}')")
+    conn.execute("INSERT OR IGNORE INTO fts_tables(tenant, name) VALUES (?, ?)", (tenant, name))
+    return name
+
+
+def acl_rows(rid: int | None, acl: Sequence[str], since: Mapping[str, datetime]) -> list[tuple[object, ...]]:
+    return [(rid, e, to_epoch_ms(since[e]) if e in since else ALWAYS_MS) for e in sorted(set(acl))]
+
+
+def since_json(since: Mapping[str, datetime]) -> str:
+    return json.dumps({e: to_epoch_ms(t) for e, t in sorted(since.items())}, separators=(",", ":"))
+
+
+def fts_row(p: Passage) -> tuple[str, str, str, str]:
+    return (p.title, " ".join(p.heading_path), p.text, acl_tokens(p.acl))
+
+
+def row_hit(row: dict[str, object]) -> Hit:
+    """A `passages` row (with a `score` column) back as the passage it stores."""
+    superseded = row["superseded_ms"]
+    passage = Passage(
+        passage_id=str(row["passage_id"]),
+        doc_id=str(row["doc_id"]),
+        version=int(str(row["version"])),
+        anchor=str(row["anchor"]),
+        tenant=str(row["tenant"]),
+        acl=tuple(json.loads(str(row["acl"]))),
+        acl_since={e: from_epoch_ms(int(ms)) for e, ms in json.loads(str(row.get("acl_since") or "{}")).items()},
+        effective_from=from_epoch_ms(int(str(row["effective_ms"]))),
+        superseded_on=from_epoch_ms(int(str(superseded))) if superseded is not None else None,
+        heading_path=tuple(json.loads(str(row["heading_path"]))),
+        title=str(row["title"]),
+        text=str(row["text"]),
+        source_url=str(row["source_url"]),
+        chunker_version=str(row["chunker_version"]),
+    )
+    return Hit(passage=passage, score=float(str(row["score"])))
+
+
+def migrate_layout(conn: sqlite3.Connection, analyzer: LexicalAnalyzer, create: Callable[[str], object]) -> None:
+    """Rebuild FTS tables of an older layout or analyzer from the passages table, in one transaction.
+    `create(tenant)` makes the tenant's new table the way the store makes any (its bookkeeping too)."""
+    rows = conn.execute("SELECT tenant, name FROM fts_tables").fetchall()
+    stale = [(str(t), str(n)) for t, n in rows if str(n) != fts_name(str(t), analyzer)]
+    if not stale:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for tenant, old in stale:
+            new = fts_name(tenant, analyzer)
+            conn.execute(f"DROP TABLE IF EXISTS {old}")
+            conn.execute("DELETE FROM fts_tables WHERE tenant = ?", (tenant,))
+            create(tenant)
+            # The tokens come from passage_acl, the table the exact check reads, never from
+            # the JSON copy: the index filter can then only be as wide as the exact one.
+            conn.execute(
+                f"INSERT INTO {new}(rowid, title, heading, text, principals)"
+                " SELECT rid, title, (SELECT group_concat(value, ' ') FROM json_each(heading_path)), text,"
+                " (SELECT coalesce(group_concat(acl_token(a.entry), ' '), '') FROM passage_acl a"
+                "  WHERE a.rid = passages.rid)"
+                " FROM passages WHERE tenant = ?",
+                (tenant,),
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def migrate_grants(conn: sqlite3.Connection) -> None:
+    """Homes written before grants had instants: every entry of a document is taken as granted from
+    its newest version's effective date, so no older version is readable as of an earlier instant
+    by anyone until the document's next event records the true instants (fails closed)."""
+    columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(passages)")}
+    if "acl_since" in columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("ALTER TABLE passages ADD COLUMN acl_since TEXT")
+        acl_columns = {str(r[1]) for r in conn.execute("PRAGMA table_info(passage_acl)")}
+        if "since_ms" not in acl_columns:
+            conn.execute(f"ALTER TABLE passage_acl ADD COLUMN since_ms INTEGER NOT NULL DEFAULT {ALWAYS_MS}")
+        conn.execute(
+            "UPDATE passage_acl SET since_ms = (SELECT MAX(q.effective_ms) FROM passages p"
+            " JOIN passages q ON q.tenant = p.tenant AND q.doc_id = p.doc_id WHERE p.rid = passage_acl.rid)"
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
