@@ -84,6 +84,15 @@ class SourceConnector(Protocol):
         """Files of the last documents() pass that are not documents (links, other types), with why."""
         ...
 
+    @property
+    def locked_folders(self) -> tuple[str, ...]:
+        """Folders under a broken manifest in the last documents() pass ("" is the whole source).
+
+        While `errors` holds deletes back, a document gone from under one of them is locked (readable
+        by nobody) rather than left with its old readers. A source without manifests returns ().
+        """
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ContentMeta:

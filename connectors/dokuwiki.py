@@ -308,6 +308,11 @@ class DokuWikiConnector:
     def skipped(self) -> list[Skipped]:
         return []
 
+    @property
+    def locked_folders(self) -> tuple[str, ...]:
+        """None: pages whose rules cannot be read or evaluated are listed, each locked (`documents`)."""
+        return ()
+
     def check(self) -> str:
         """The wiki answers and the credentials work (serve's start-up check)."""
         return str(self.client.call("dokuwiki.getVersion"))

@@ -300,7 +300,7 @@ class DriveConnector:
         self.permissions = permissions
         self.principals = principals or PrincipalMap()
         self._errors: list[str] = []
-        self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
+        self.locked_folders: tuple[str, ...] = ()  # SourceConnector.locked_folders: set by each pass
         self._skipped: list[Skipped] = []
 
     @property

@@ -138,7 +138,7 @@ class GitWikiConnector:
         self.location = f"git:{self.repo}:{self.subdir}"
         self.tenants = check_tenants(tenants)
         self._errors: list[str] = []
-        self.locked_folders: tuple[str, ...] = ()  # folders under a broken manifest, last pass
+        self.locked_folders: tuple[str, ...] = ()  # SourceConnector.locked_folders: set by each pass
         self._skipped: list[Skipped] = []
 
     @property

@@ -315,7 +315,7 @@ class _Scan:
             self.report.deletes_skipped = True
             # Deletes wait for a complete listing, but a document gone from under a broken manifest
             # must not keep its old readers meanwhile: it is locked like the documents still there.
-            locked_folders: tuple[str, ...] = getattr(self.connector, "locked_folders", ())
+            locked_folders = self.connector.locked_folders
             for record in self.state.live(self.source):
                 gone = (record.tenant, record.doc_id) not in self.seen
                 if gone and any(f == "" or record.doc_id.startswith(f + "/") for f in locked_folders):

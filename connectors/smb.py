@@ -273,6 +273,11 @@ class SmbConnector:
     def skipped(self) -> list[Skipped]:
         return list(self._skipped)
 
+    @property
+    def locked_folders(self) -> tuple[str, ...]:
+        """None: a share's access comes from its security descriptors, never from a manifest."""
+        return ()
+
     def close(self) -> None:
         with self._lock:
             if self._session is not None:

@@ -28,6 +28,7 @@ class BrokenSource:
         self.location = "test:share"
         self.errors: list[str] = []
         self.skipped: list[Skipped] = []
+        self.locked_folders: tuple[str, ...] = ()
 
     async def documents(self) -> AsyncIterator[SourceDocument]:
         raise RuntimeError("the share went away")
