@@ -34,19 +34,10 @@ from pydantic import ValidationError
 from connectors.base import ContentType, Skipped, SourceConnector, SourceDocument
 from connectors.extract import OverBudget
 from connectors.formats import BinaryContent, Content, Unreadable, read_content
+from connectors.source_events import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
 from schemas._time import utcnow
-from schemas.events import (
-    MAX_EVENT_BYTES,
-    AclPayload,
-    DeletePayload,
-    Event,
-    EventKind,
-    UpsertPayload,
-    make_event_id,
-    qualify_doc_id,
-    shown,
-)
+from schemas.events import MAX_EVENT_BYTES, AclPayload, DeletePayload, Event, UpsertPayload, shown
 
 
 class _ContentError(Exception):
@@ -82,32 +73,6 @@ class ScanReport:
     def complete(self) -> bool:
         """The listing was complete and every listed document was fetched (its content may still be bad)."""
         return not self.deletes_skipped and not self.fetch_failed
-
-
-def build_event(
-    source: str,
-    tenant: str,
-    path: str,
-    version: int,
-    payload: UpsertPayload | AclPayload | DeletePayload,
-    occurred_at: datetime,
-) -> Event:
-    """The envelope with its deterministic ID; shared with push sources so their IDs follow the same rule.
-
-    `path` is the document's name within `source`; the event carries it namespaced, `<source>:<path>`.
-    """
-    kind = EventKind(payload.kind)
-    doc_id = qualify_doc_id(source, path)
-    return Event(
-        event_id=make_event_id(source, tenant, doc_id, version, kind),
-        kind=kind,
-        tenant=tenant,
-        doc_id=doc_id,
-        version=version,
-        occurred_at=occurred_at,
-        source=source,
-        payload=payload,
-    )
 
 
 async def scan(
@@ -435,26 +400,3 @@ async def _content_event(
         report.skipped.append(Skipped(doc.doc_id, "too large", detail))
         raise _ContentError(f"too large to index: {detail}")
     return event
-
-
-def upsert_payload(
-    doc: SourceDocument, data: bytes, content_hash: str, acl: tuple[str, ...], *, content: Content | None = None
-) -> UpsertPayload:
-    """The upsert for fetched content; shared with push sources (connectors.webhook) so both read metadata alike.
-
-    `content` is `data` already read (connectors.formats); otherwise it is read here: decoded
-    without replacement characters, or extracted for PDF and DOCX. A ValueError (BinaryContent,
-    Unreadable, a bad effective date) means the document is not to be indexed.
-    """
-    if content is None:
-        content = read_content(doc.content_type, data)
-    return UpsertPayload(
-        title=content.title or doc.title,
-        content=content.text,
-        content_type=doc.content_type,
-        content_hash=content_hash,
-        acl=acl,
-        source_url=doc.source_url,
-        effective_from=doc.effective_from or content.effective_from,
-        extracted=content.extracted,
-    )

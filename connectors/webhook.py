@@ -79,7 +79,7 @@ from starlette.routing import Route
 
 from connectors.base import SourceDocument, TextContentType
 from connectors.drive import TENANT_PATTERN, format_validation_error
-from connectors.scan import build_event, upsert_payload
+from connectors.source_events import build_event, upsert_payload
 from connectors.state import ConnectorState, DocRecord
 from schemas._digits import ascii_uint
 from schemas._time import utcnow

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from connectors.scan import build_event
+from connectors.source_events import build_event
 from schemas.events import AclPayload, DeletePayload, Event, UpsertPayload
 
 
