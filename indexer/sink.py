@@ -17,14 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.chunker import (
-    CHUNKER_VERSION,
-    Chunk,
-    IsolatedChunker,
-    Unchunkable,
-    chunk_document,
-    chunk_extracted,
-)
+from indexer.chunker import CHUNKER_VERSION, IsolatedChunker, Unchunkable
 from indexer.grants import NONE, Grants, overtaken, regrant, restart
 from indexer.payload import point_id
 from indexer.ports import (
@@ -38,9 +31,10 @@ from indexer.ports import (
     VectorIndex,
     Vectors,
 )
+from indexer.upsert_passages import UpsertPassages, upsert_effective_from
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
-from schemas.passages import Passage, make_passage_id, url_at
+from schemas.passages import Passage
 from schemas.passages import embedding_text as embedding_text  # re-export (schemas.passages)
 
 log = logging.getLogger(__name__)
@@ -134,10 +128,8 @@ class IndexSink:
         self.docs = docs
         self.audit = audit
         self.cache = cache
-        self.max_chars = max_chars
         self.clock = clock
-        self._chunks: dict[tuple[str, str], list[Chunk]] = {}
-        self.chunker = chunker  # large documents chunked in a child within a budget; None: all in-process
+        self.upsert_passages = UpsertPassages(max_chars, chunker)
 
     def embed_upserts(self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None) -> dict[str, Vectors]:
         """Vectors for the passages of many upserts, embedded together.
@@ -159,7 +151,7 @@ class IndexSink:
             if not isinstance(payload, UpsertPayload) or is_stale(event, self.docs.get(event.tenant, event.doc_id)):
                 continue
             try:
-                passages = self.passages_for(event, payload)
+                passages = self.upsert_passages.passages(event, payload)
             except Unchunkable:
                 continue  # apply() raises it again, and the worker dead-letters the event with the reason
             spans.append((event.event_id, len(texts), len(texts) + len(passages)))
@@ -211,60 +203,9 @@ class IndexSink:
         result.lag_s = (self.clock() - event.occurred_at).total_seconds()
         return result
 
-    @staticmethod
-    def effective_from(event: Event, payload: UpsertPayload) -> datetime:
-        """A stated date, else the event's time, to the second: the query side's default as-of is
-        now floored to the second, so a document synced a moment ago is visible at once."""
-        return payload.effective_from or event.occurred_at.replace(microsecond=0)
-
-    def _chunks_of(self, event: Event, payload: UpsertPayload) -> list[Chunk]:
-        """Chunks by event and content, kept from embed_upserts to apply so a batch is chunked once."""
-        key = (event.event_id, payload.content_hash)
-        chunks = self._chunks.get(key)
-        if chunks is None:
-            if len(self._chunks) >= 4096:
-                self._chunks.clear()
-            chunks = self.chunks(payload)
-            self._chunks[key] = chunks
-        return chunks
-
     def passages_for(self, event: Event, payload: UpsertPayload, grants: Grants | None = None) -> list[Passage]:
-        effective_from = self.effective_from(event, payload)
-        if grants is None:  # for embedding only: the ACL is not part of what is embedded
-            grants = Grants(tuple(payload.acl))
-        return [
-            Passage(
-                passage_id=make_passage_id(event.doc_id, event.version, chunk.anchor),
-                doc_id=event.doc_id,
-                version=event.version,
-                anchor=chunk.anchor,
-                tenant=event.tenant,
-                acl=grants.acl,
-                acl_since=dict(grants.since),
-                effective_from=effective_from,
-                superseded_on=None,
-                heading_path=chunk.heading_path,
-                title=payload.title,
-                text=chunk.text,
-                source_url=url_at(payload.source_url, chunk.locus.fragment) if chunk.locus else payload.source_url,
-                chunker_version=CHUNKER_VERSION,
-            )
-            for chunk in self._chunks_of(event, payload)
-        ]
-
-    def chunks(self, payload: UpsertPayload) -> list[Chunk]:
-        """Unchunkable for content that cannot be chunked within bounds (the worker dead-letters it)."""
-        if self.chunker is not None and payload.extracted is not None:
-            return self.chunker.chunk(payload.extracted, payload.content_type, max_chars=self.max_chars, title="")
-        if payload.extracted is not None:
-            return chunk_extracted(payload.extracted, max_chars=self.max_chars)
-        if payload.content_type == "pdf" or payload.content_type == "docx":  # the payload's validator forbids it
-            raise ValueError(f"{payload.content_type} upsert without extracted text")
-        if self.chunker is not None:
-            return self.chunker.chunk(
-                payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title
-            )
-        return chunk_document(payload.content, payload.content_type, max_chars=self.max_chars, title=payload.title)
+        """The passages an upsert becomes (indexer.upsert_passages), under `grants`."""
+        return self.upsert_passages.passages(event, payload, grants)
 
     def _upsert(
         self, event: Event, payload: UpsertPayload, state: DocState | None, vectors: Vectors | None = None
@@ -279,13 +220,13 @@ class IndexSink:
         before = state.grants() if state is not None else NONE
         if state is not None and state.deleted and not newer_acl:
             before = restart(before)  # a re-created document: the deleted one's readers carry nothing over
-        effective_from = self.effective_from(event, payload)
+        effective_from = upsert_effective_from(event, payload)
         if newer_acl:
             grants = overtaken(before, payload.acl, event.version)
         else:
             grants = regrant(before, payload.acl, effective_from, event.version)
-        passages = self.passages_for(event, payload, grants)
-        self._chunks.pop((event.event_id, payload.content_hash), None)
+        passages = self.upsert_passages.passages(event, payload, grants)
+        self.upsert_passages.forget(event, payload)
         result = ApplyResult(Outcome.APPLIED, event, passages_written=len(passages))
         if self.vector is not None and self.embedder is not None:
             if vectors is None or len(vectors) != len(passages):
