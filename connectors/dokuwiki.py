@@ -33,8 +33,17 @@ call that returns every page with its current revision, so an unchanged page cos
 fingerprints and nothing is fetched, while recent changes would still need the full list for the
 deletions it cannot show (and it answers "no changes" with a fault). Each pass's listing is
 complete, so the scheduler's passes (every `interval_s`) may delete; a pass whose listing failed
-raises before anything is compared. Only the revision current at a pass becomes a version: two
-edits between passes are one version, and the history before the first sync is not back-filled.
+raises before anything is compared.
+
+Each revision is a version (`wiki.getPageVersions`, `wiki.getPageHTMLVersion`): when a page is first
+seen, or its current revision is not the one indexed, the scanner asks for the revisions between the
+indexed one and the current one (SourceDocument.earlier) and emits each, oldest first, as an upsert of
+its own version whose `effective_from` is the revision's time, so `--as-of` answers from the page as
+it stood. Bounded: the newest `revisions` revisions (setting, default 10) including the current one;
+the sync report names a page whose older ones were left out ("history bounded"). History stops at a
+deletion (a re-created page starts afresh). Every revision carries the page's current ACL: the wiki
+keeps no ACL history, and the index never allows what the wiki denies now. A revision that cannot be
+read is that revision's error, reported; the others and the current one are indexed.
 
 ACL edits are not page changes, so every pass reads the rules and the users again and translates
 every page (pure, milliseconds for hundreds of pages); the scanner compares each page's ACL with
@@ -58,7 +67,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.base import Skipped, SourceDocument
+from connectors.base import Earlier, Skipped, SourceDocument
 from connectors.permissions import Directory, PrincipalMap, Translation, translate
 
 READ = 1
@@ -260,6 +269,17 @@ class DokuWikiClient:
     def page_html(self, page: str, revision: int) -> bytes:
         return str(self.call("wiki.getPageHTMLVersion", page, revision)).encode("utf-8")
 
+    def versions(self, page: str, first: int) -> list[tuple[int, str]]:
+        """One batch of a page's changelog, newest first from the `first`-th entry (the current one is
+        the 0th): (revision, type) with type 'C'reate, 'E'dit, 'e' minor, 'D'elete, 'R'evert."""
+        raw = self.call("wiki.getPageVersions", page, first)
+        if not isinstance(raw, list):
+            raise DokuWikiError(f"wiki.getPageVersions {page}: not a list of revisions")
+        try:
+            return [(int(entry["version"]), str(entry.get("type", ""))) for entry in raw]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DokuWikiError(f"wiki.getPageVersions {page}: unreadable entry: {exc}") from None
+
 
 def _epoch(value: Any) -> int:
     if isinstance(value, xmlrpc.client.DateTime):
@@ -289,7 +309,11 @@ class DokuWikiConnector:
         *,
         tenant: str,
         principals: PrincipalMap | None = None,
+        revisions: int = 10,
     ) -> None:
+        if revisions < 1:
+            raise ValueError("revisions must be at least 1 (the current one)")
+        self.revisions = revisions
         self.client = client
         self.name = name
         self.location = f"dokuwiki:{client.base}"
@@ -394,13 +418,72 @@ class DokuWikiConnector:
             effective_from=datetime.fromtimestamp(page.revision, UTC),
             narrowed=narrowed,
             locked=locked,
+            earlier=self._earlier(page, acl) if self.revisions > 1 and not locked else None,
         )
 
-    def _reader(self, page: _Page) -> Callable[[], Awaitable[bytes]]:
+    def _reader(self, page: _Page, *, old: bool = False) -> Callable[[], Awaitable[bytes]]:
         async def fetch() -> bytes:
-            return await asyncio.to_thread(self.client.page_html, page.id, page.revision)
+            data = await asyncio.to_thread(self.client.page_html, page.id, page.revision)
+            if old and not data:  # the wiki answers '' for a revision whose attic copy is gone
+                raise DokuWikiError(f"revision {page.revision} has no text in the wiki")
+            return data
 
         return fetch
+
+    def _earlier(self, page: _Page, acl: tuple[str, ...]) -> Callable[[str | None], Awaitable[Earlier]]:
+        """Each revision a version with its own time; the ACL of every one is the page's current one
+        (the wiki keeps no ACL history, and the index never allows what the wiki denies now)."""
+
+        async def earlier(indexed: str | None) -> Earlier:
+            after = 0
+            if indexed is not None:
+                head = indexed.split(":", 1)[0]
+                if not head.isdigit():  # cannot tell which revisions are newer: none rather than old as new
+                    return Earlier(errors=(f"indexed revision {indexed!r} unreadable, earlier revisions skipped",))
+                after = int(head)
+            older, more = await asyncio.to_thread(self._history, page, after)
+            revisions = tuple(
+                SourceDocument(
+                    doc_id=doc_path(page.id),
+                    tenant=self.tenant,
+                    acl=acl,
+                    title=page.id.rsplit(":", 1)[-1],
+                    content_type="html",
+                    source_url=f"{self.client.base}/doku.php?{urllib.parse.urlencode({'id': page.id, 'rev': rev})}",
+                    fingerprint=f"{rev}:-",
+                    fetch=self._reader(_Page(page.id, rev, 0), old=True),
+                    effective_from=datetime.fromtimestamp(rev, UTC),
+                )
+                for rev in reversed(older)
+            )
+            bounded = (
+                f"only the newest {self.revisions} revisions indexed (revisions = {self.revisions})" if more else ""
+            )
+            return Earlier(revisions, bounded=bounded)
+
+        return earlier
+
+    def _history(self, page: _Page, after: int) -> tuple[list[int], bool]:
+        """Revisions older than the page's current one and newer than `after`, newest first, at most
+        `revisions - 1`; whether older ones were left out. Stops at a deletion (an earlier life of
+        the page is not this page's history) and after a bounded number of calls."""
+        wanted = self.revisions - 1
+        found: list[int] = []
+        first = 0
+        for _ in range(wanted + 2):
+            batch = self.client.versions(page.id, first)
+            if not batch:
+                return found, False
+            first += len(batch)
+            for rev, kind in batch:
+                if rev >= page.revision:
+                    continue
+                if rev <= after or kind == "D":
+                    return found, False
+                if len(found) == wanted:
+                    return found, True
+                found.append(rev)
+        return found, True
 
 
 __all__ = ["DokuWikiClient", "DokuWikiConnector", "DokuWikiError", "decide", "doc_path"]
