@@ -92,6 +92,9 @@ def test_each_revision_is_a_version_and_as_of_answers_from_the_page_as_it_stood(
         assert "walrus-4" in _text_as_of(components, fourth)
         versions = sorted({p.version for p in components.lexical.inventory(TENANT, DOC)})
         assert len(versions) == 4, versions
+        report = sync_source(components, connector, force=True).scan  # a re-chunk: history never comes back as newest
+        assert report.upserts == 1 and "walrus-4" in _text_as_of(components, datetime.now(UTC))
+        assert "walrus-3" in _text_as_of(components, third)
     finally:
         components.close()
 
