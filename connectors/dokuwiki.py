@@ -68,6 +68,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from connectors.base import Earlier, Skipped, SourceDocument
+from connectors.dokuwiki_history import PageHistory, earlier
 from connectors.permissions import Directory, PrincipalMap, Translation, translate
 
 READ = 1
@@ -431,59 +432,14 @@ class DokuWikiConnector:
         return fetch
 
     def _earlier(self, page: _Page, acl: tuple[str, ...]) -> Callable[[str | None], Awaitable[Earlier]]:
-        """Each revision a version with its own time; the ACL of every one is the page's current one
-        (the wiki keeps no ACL history, and the index never allows what the wiki denies now)."""
-
-        async def earlier(indexed: str | None) -> Earlier:
-            after = 0
-            if indexed is not None:
-                head = indexed.split(":", 1)[0]
-                if not head.isdigit():  # cannot tell which revisions are newer: none rather than old as new
-                    return Earlier(errors=(f"indexed revision {indexed!r} unreadable, earlier revisions skipped",))
-                after = int(head)
-            older, more = await asyncio.to_thread(self._history, page, after)
-            revisions = tuple(
-                SourceDocument(
-                    doc_id=doc_path(page.id),
-                    tenant=self.tenant,
-                    acl=acl,
-                    title=page.id.rsplit(":", 1)[-1],
-                    content_type="html",
-                    source_url=f"{self.client.base}/doku.php?{urllib.parse.urlencode({'id': page.id, 'rev': rev})}",
-                    fingerprint=f"{rev}:-",
-                    fetch=self._reader(_Page(page.id, rev, 0), old=True),
-                    effective_from=datetime.fromtimestamp(rev, UTC),
-                )
-                for rev in reversed(older)
-            )
-            bounded = (
-                f"only the newest {self.revisions} revisions indexed (revisions = {self.revisions})" if more else ""
-            )
-            return Earlier(revisions, bounded=bounded)
-
-        return earlier
-
-    def _history(self, page: _Page, after: int) -> tuple[list[int], bool]:
-        """Revisions older than the page's current one and newer than `after`, newest first, at most
-        `revisions - 1`; whether older ones were left out. Stops at a deletion (an earlier life of
-        the page is not this page's history) and after a bounded number of calls."""
-        wanted = self.revisions - 1
-        found: list[int] = []
-        first = 0
-        for _ in range(wanted + 2):
-            batch = self.client.versions(page.id, first)
-            if not batch:
-                return found, False
-            first += len(batch)
-            for rev, kind in batch:
-                if rev >= page.revision:
-                    continue
-                if rev <= after or kind == "D":
-                    return found, False
-                if len(found) == wanted:
-                    return found, True
-                found.append(rev)
-        return found, True
+        history = PageHistory(
+            page.id, page.revision, doc_path(page.id), self.tenant, acl, self.client.base, self.revisions
+        )
+        return earlier(
+            history,
+            lambda first: self.client.versions(page.id, first),
+            lambda rev: self._reader(_Page(page.id, rev, 0), old=True),
+        )
 
 
 __all__ = ["DokuWikiClient", "DokuWikiConnector", "DokuWikiError", "decide", "doc_path"]
