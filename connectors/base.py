@@ -42,6 +42,22 @@ class SourceDocument:
     locked: bool = False
     """Its access cannot be known (a broken manifest above it): every indexed copy becomes readable by
     nobody, whatever its tenant, and the content is not read. `tenant` and `acl` mean nothing then."""
+    earlier: Callable[[str | None], Awaitable[Earlier]] | None = None
+    """A source that keeps revisions (a wiki): given the fingerprint indexed last (None on first
+    sight), the revisions between it and this one. The scanner asks only when this document's
+    content is to be read, and emits each as an upsert of its own version before this one."""
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """Revisions older than a listed document and newer than the one indexed, oldest first; each a
+    SourceDocument of the same doc_id with its own fingerprint, fetch and effective_from."""
+
+    revisions: tuple[SourceDocument, ...] = ()
+    errors: tuple[str, ...] = ()
+    """Revisions that could not be listed or read: each one's error, reported; nothing else depends on it."""
+    bounded: str = ""
+    """Why older revisions were left out (the source's bound), for the sync report; empty when none were."""
 
 
 SkipReason = Literal[

@@ -33,8 +33,17 @@ call that returns every page with its current revision, so an unchanged page cos
 fingerprints and nothing is fetched, while recent changes would still need the full list for the
 deletions it cannot show (and it answers "no changes" with a fault). Each pass's listing is
 complete, so the scheduler's passes (every `interval_s`) may delete; a pass whose listing failed
-raises before anything is compared. Only the revision current at a pass becomes a version: two
-edits between passes are one version, and the history before the first sync is not back-filled.
+raises before anything is compared.
+
+Each revision is a version (`wiki.getPageVersions`, `wiki.getPageHTMLVersion`): when a page is first
+seen, or its current revision is not the one indexed, the scanner asks for the revisions between the
+indexed one and the current one (SourceDocument.earlier) and emits each, oldest first, as an upsert of
+its own version whose `effective_from` is the revision's time, so `--as-of` answers from the page as
+it stood. Bounded: the newest `revisions` revisions (setting, default 10) including the current one;
+the sync report names a page whose older ones were left out ("history bounded"). History stops at a
+deletion (a re-created page starts afresh). Every revision carries the page's current ACL: the wiki
+keeps no ACL history, and the index never allows what the wiki denies now. A revision that cannot be
+read is that revision's error, reported; the others and the current one are indexed.
 
 ACL edits are not page changes, so every pass reads the rules and the users again and translates
 every page (pure, milliseconds for hundreds of pages); the scanner compares each page's ACL with
@@ -58,7 +67,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.base import Skipped, SourceDocument
+from connectors.base import Earlier, Skipped, SourceDocument
+from connectors.dokuwiki_history import PageHistory, earlier
 from connectors.permissions import Directory, PrincipalMap, Translation, translate
 
 READ = 1
@@ -260,6 +270,17 @@ class DokuWikiClient:
     def page_html(self, page: str, revision: int) -> bytes:
         return str(self.call("wiki.getPageHTMLVersion", page, revision)).encode("utf-8")
 
+    def versions(self, page: str, first: int) -> list[tuple[int, str]]:
+        """One batch of a page's changelog, newest first from the `first`-th entry (the current one is
+        the 0th): (revision, type) with type 'C'reate, 'E'dit, 'e' minor, 'D'elete, 'R'evert."""
+        raw = self.call("wiki.getPageVersions", page, first)
+        if not isinstance(raw, list):
+            raise DokuWikiError(f"wiki.getPageVersions {page}: not a list of revisions")
+        try:
+            return [(int(entry["version"]), str(entry.get("type", ""))) for entry in raw]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DokuWikiError(f"wiki.getPageVersions {page}: unreadable entry: {exc}") from None
+
 
 def _epoch(value: Any) -> int:
     if isinstance(value, xmlrpc.client.DateTime):
@@ -289,7 +310,11 @@ class DokuWikiConnector:
         *,
         tenant: str,
         principals: PrincipalMap | None = None,
+        revisions: int = 10,
     ) -> None:
+        if revisions < 1:
+            raise ValueError("revisions must be at least 1 (the current one)")
+        self.revisions = revisions
         self.client = client
         self.name = name
         self.location = f"dokuwiki:{client.base}"
@@ -399,13 +424,27 @@ class DokuWikiConnector:
             effective_from=datetime.fromtimestamp(page.revision, UTC),
             narrowed=narrowed,
             locked=locked,
+            earlier=self._earlier(page, acl) if self.revisions > 1 and not locked else None,
         )
 
-    def _reader(self, page: _Page) -> Callable[[], Awaitable[bytes]]:
+    def _reader(self, page: _Page, *, old: bool = False) -> Callable[[], Awaitable[bytes]]:
         async def fetch() -> bytes:
-            return await asyncio.to_thread(self.client.page_html, page.id, page.revision)
+            data = await asyncio.to_thread(self.client.page_html, page.id, page.revision)
+            if old and not data:  # the wiki answers '' for a revision whose attic copy is gone
+                raise DokuWikiError(f"revision {page.revision} has no text in the wiki")
+            return data
 
         return fetch
+
+    def _earlier(self, page: _Page, acl: tuple[str, ...]) -> Callable[[str | None], Awaitable[Earlier]]:
+        history = PageHistory(
+            page.id, page.revision, doc_path(page.id), self.tenant, acl, self.client.base, self.revisions
+        )
+        return earlier(
+            history,
+            lambda first: self.client.versions(page.id, first),
+            lambda rev: self._reader(_Page(page.id, rev, 0), old=True),
+        )
 
 
 __all__ = ["DokuWikiClient", "DokuWikiConnector", "DokuWikiError", "decide", "doc_path"]

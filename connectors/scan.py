@@ -67,6 +67,7 @@ class ScanReport:
     skipped: list[Skipped] = field(default_factory=list)  # files seen and not indexed, with why
     decoded: list[str] = field(default_factory=list)  # documents that were not UTF-8, with the encoding used
     narrowed: list[str] = field(default_factory=list)  # documents whose ACL is stricter than the source's, with why
+    bounded: list[str] = field(default_factory=list)  # documents whose older revisions were left out, with the bound
     fetch_failed: bool = False  # the source did not deliver some listed document's bytes
 
     @property
@@ -295,6 +296,7 @@ class _Scan:
 
     async def content_pass(self, to_read: list[_ToRead]) -> None:
         for item in to_read:
+            item = await self.history(item)
             try:
                 event = await _content_event(
                     item.doc,
@@ -326,6 +328,42 @@ class _Scan:
                 continue
             self.content_read(item, event)
         self.emitter.flush()
+
+    async def history(self, item: _ToRead) -> _ToRead:
+        """A changed document's earlier revisions (a wiki's history), each an upsert of its own version,
+        oldest first, before its current content; the item then follows the last of them. Never for
+        unchanged content (under `force` too): re-emitted history would make old text the newest."""
+        doc = item.doc
+        if doc.earlier is None or (item.live is not None and item.live.fingerprint == doc.fingerprint):
+            return item
+        try:
+            earlier = await doc.earlier(item.live.fingerprint if item.live is not None else None)
+        except Exception as exc:  # the history is extra: its failure never holds the current content back
+            self.own_errors.append(f"{shown(doc.doc_id)}: earlier revisions not indexed: {exc}")
+            return item
+        self.own_errors.extend(f"{shown(doc.doc_id)}: {problem}" for problem in earlier.errors)
+        if earlier.bounded:
+            self.report.bounded.append(f"{doc.doc_id}: {earlier.bounded}")
+        live, last = item.live, item.last_version
+        for rev in earlier.revisions:
+            try:
+                event = await _content_event(
+                    rev, live, last, item.acl, self.source, self.state, self.report,
+                    self.extract, False, self.now, self.max_event_bytes,
+                )  # fmt: skip
+            except Exception as exc:  # that revision's error; the ACL is the listing's either way
+                self.own_errors.append(f"{shown(doc.doc_id)} at {rev.fingerprint}: revision not indexed: {exc}")
+                continue
+            if event is None:  # the same bytes as the version before it
+                continue
+            assert isinstance(event.payload, UpsertPayload)
+            self.report.upserts += 1
+            live = DocRecord(
+                doc.tenant, doc.doc_id, event.version, event.payload.content_hash, item.acl, rev.fingerprint
+            )
+            self.emitter.emit(event, live)
+            last = event.version
+        return replace(item, live=live, last_version=last)
 
     def content_read(self, item: _ToRead, event: Event | None) -> None:
         """The upsert of new content; for the same bytes under a new fingerprint (a touch, or an edit

@@ -156,6 +156,9 @@ class SourceSettings(BaseModel):
     """dokuwiki, smb: the bound on each call to the server."""
     url: str | None = None
     """dokuwiki: the wiki's base URL (its remote API is <url>/lib/exe/xmlrpc.php)."""
+    revisions: int = Field(default=10, ge=1, le=1000)
+    """dokuwiki: how many of a page's newest revisions become versions (the current one included), so
+    that a page with thousands of revisions cannot stall a pass; the sync report names pages cut short."""
     server: str = ""
     """smb: the file server's host name or address."""
     port: int = Field(default=445, gt=0, lt=65536)
@@ -179,7 +182,7 @@ class SourceSettings(BaseModel):
     @model_validator(mode="after")
     def _kind_options(self) -> SourceSettings:
         given = self.model_fields_set
-        wiki_only: list[str] = [n for n in ("url",) if n in given]
+        wiki_only: list[str] = [n for n in ("url", "revisions") if n in given]
         smb_only: list[str] = [n for n in ("server", "port", "share", "domain", "share_open") if n in given]
         credentials: list[str] = [n for n in ("username", "password", "password_env") if n in given]
         mapped = bool(self.principals.users or self.principals.groups)

@@ -104,7 +104,9 @@ def connector_for(source: SourceSettings, home: Path) -> Any:
         assert source.url is not None
         client = DokuWikiClient(source.url, source.username, source_password(source), timeout_s=source.timeout_s)
         principals = principal_map(source.principals)
-        return DokuWikiConnector(client, source.name, tenant=source.tenants[0], principals=principals)
+        return DokuWikiConnector(
+            client, source.name, tenant=source.tenants[0], principals=principals, revisions=source.revisions
+        )
     if source.kind == "smb":
         return smb_connector(source)
     assert source.path is not None

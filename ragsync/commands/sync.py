@@ -275,6 +275,7 @@ def _summary(published: Published, stats: Stats | None, dense: bool | None) -> d
         "locked": report.locked,
         "decoded": report.decoded,
         "narrowed": report.narrowed,
+        "bounded": report.bounded,
         "deletes_skipped": report.deletes_skipped,
         "reindexed": published.reindexed,
         "dense": dense,
@@ -303,9 +304,15 @@ def _report(summary: dict[str, Any], published: Published, as_json: bool, prefix
         note(f"not UTF-8: {decoded}")
     for narrowed in published.scan.narrowed:
         note(f"permissions narrowed: {narrowed}")
+    for bounded in published.scan.bounded:
+        note(f"history bounded: {bounded}")
     if published.scan.deletes_skipped:
         warn("deletions skipped: the listing had read errors (it may be incomplete), nothing was removed")
-    counts = {k: len(v) if k in ("skipped", "decoded", "narrowed") else v for k, v in summary.items() if k != "errors"}
+    counts = {
+        k: len(v) if k in ("skipped", "decoded", "narrowed", "bounded") else v
+        for k, v in summary.items()
+        if k != "errors"
+    }
     click.echo(prefix + " ".join(f"{k}={v}" for k, v in counts.items()))
 
 
