@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -144,6 +144,10 @@ class HashEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
+        """Holds no cache: nothing to forget (the port's answer without one)."""
+        return 0, []
 
 
 @dataclass

@@ -74,6 +74,10 @@ class FakeEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]  # type: ignore[no-any-return]
 
+    def forget(self, texts: Any) -> tuple[int, list[bytes]]:
+        """Holds no cache: nothing to forget (the port's answer without one)."""
+        return 0, []
+
 
 def home(tmp: Path, journal: Journal, *, fail_flush: int = 0, embedder: Any = None) -> dict[str, Any]:
     state = StateDb(tmp / "state.db", deferred=True)
