@@ -15,7 +15,7 @@ Pure functions: nothing here touches a store or a model.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -97,6 +97,12 @@ def rerank_scores(q: QuestionFeatures, head: Sequence[str], m: Method) -> list[f
 
 def rank(q: QuestionFeatures, m: Method) -> list[str]:
     """The fused and reranked order of every candidate."""
+    return ordered(q, m, lambda head: rerank_scores(q, head, m))
+
+
+def ordered(q: QuestionFeatures, m: Method, scores: Callable[[Sequence[str]], list[float]]) -> list[str]:
+    """RRF of the method's lists, then its reranker's `scores` blended over the head: the one order both
+    the plain replay and the compiled one use (they differ only in how a head is scored)."""
     lexical, dense, sentence = lists(q, m)
     named = [(lexical, m.bm25_weight), (dense, 1.0), (sentence, m.sentence_weight)]
     used = [(ids, w) for ids, w in named if w > 0]
@@ -104,7 +110,7 @@ def rank(q: QuestionFeatures, m: Method) -> list[str]:
     if m.rerank_depth <= 0 or len(fused) <= 1:
         return [pid for pid, _ in fused]
     head = [pid for pid, _ in fused[: m.rerank_depth]]
-    blended = blend(head, rerank_scores(q, head, m), m.fusion_weight)
+    blended = blend(head, scores(head), m.fusion_weight)
     return [pid for pid, _ in blended] + [pid for pid, _ in fused[m.rerank_depth :]]
 
 
@@ -146,12 +152,7 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def figures(questions: Sequence[QuestionFeatures], m: Method) -> Figures:
-    rows = []
-    for q in questions:
-        order = rank(q, m)
-        lexical, dense, _ = lists(q, m)
-        rows.append((q, recall(q, order), reciprocal_rank(q, order), recall(q, lexical), recall(q, dense)))
-    return _summarise(rows)
+    return _figures([(q, rank(q, m)) for q in questions], m)
 
 
 def cosines(matrix: np.ndarray, query: np.ndarray) -> list[float]:
@@ -217,22 +218,16 @@ def fast_scores(c: Compiled, head: Sequence[str], m: Method) -> list[float]:
 
 
 def fast_rank(c: Compiled, m: Method) -> list[str]:
-    lexical, dense, sentence = lists(c.q, m)
-    named = [(lexical, m.bm25_weight), (dense, 1.0), (sentence, m.sentence_weight)]
-    used = [(ids, w) for ids, w in named if w > 0]
-    fused = fuse([ids for ids, _ in used], k=m.rrf_k, weights=[w for _, w in used])
-    if m.rerank_depth <= 0 or len(fused) <= 1:
-        return [pid for pid, _ in fused]
-    head = [pid for pid, _ in fused[: m.rerank_depth]]
-    blended = blend(head, fast_scores(c, head, m), m.fusion_weight)
-    return [pid for pid, _ in blended] + [pid for pid, _ in fused[m.rerank_depth :]]
+    return ordered(c.q, m, lambda head: fast_scores(c, head, m))
 
 
 def fast_figures(compiled: Sequence[Compiled], m: Method) -> Figures:
+    return _figures([(c.q, fast_rank(c, m)) for c in compiled], m)
+
+
+def _figures(orders: Iterable[tuple[QuestionFeatures, list[str]]], m: Method) -> Figures:
     rows = []
-    for c in compiled:
-        q = c.q
-        order = fast_rank(c, m)
+    for q, order in orders:
         lexical, dense, _ = lists(q, m)
         rows.append((q, recall(q, order), reciprocal_rank(q, order), recall(q, lexical), recall(q, dense)))
     return _summarise(rows)

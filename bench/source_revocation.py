@@ -110,11 +110,6 @@ def drained(http: httpx.Client, timeout_s: float = 300.0) -> None:
         time.sleep(0.2)
 
 
-def pass_seconds(log: str) -> list[float]:
-    """The duration of each change pass serve logged ("changes pass of NAME: ... in 0.12s")."""
-    return [float(m) for m in re.findall(r"changes pass of \S+: .* in ([0-9.]+)s", log)]
-
-
 def summary(values: list[float], interval_s: float, asks: list[float]) -> dict[str, Any]:
     return {
         "n": len(values),
@@ -123,6 +118,44 @@ def summary(values: list[float], interval_s: float, asks: list[float]) -> dict[s
         "interval_s": interval_s,
         "ask_s_p50": round(percentile(asks, 0.5), 3) if asks else None,
     }
+
+
+def serve_and_time(
+    env: dict[str, str],
+    base: Path,
+    token: str,
+    n: int,
+    revoke: Callable[[int], None],
+    cited: Callable[[dict[str, Any], int], bool],
+    passes_logged: str,
+    interval_s: float,
+    **timing: float,
+) -> dict[str, Any]:
+    """Serve `base/home`, wait for the first pass, then time each revoke(i) to the first answer that no
+    longer cites document i (`cited(answer, i)`); `passes_logged` is the log pattern of serve's pass
+    durations. The same for every kind, so the kinds differ only in their source and its edit."""
+    proc, api = start_serve(env, base / "home", base / "serve.log")
+    http = httpx.Client(base_url=api, timeout=60)
+
+    def served(i: int) -> bool:
+        response = http.post(
+            "/v1/ask",
+            json={"question": f"What is the access code for vault number {i}?"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        response.raise_for_status()
+        return cited(response.json(), i)
+
+    asks: list[float] = []
+    try:
+        drained(http)
+        values = latencies(n, revoke, served, asks=asks, **timing)
+    finally:
+        http.close()
+        proc.terminate()
+        proc.wait(60)
+    passes = [float(m) for m in re.findall(passes_logged, (base / "serve.log").read_text(errors="replace"))]
+    return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
 
 
 def posix(n: int, interval_s: float) -> dict[str, Any]:
@@ -155,17 +188,6 @@ def posix(n: int, interval_s: float) -> dict[str, Any]:
             env["RAGSYNC_CONFIG"] = str(config)
             principal = token_principal("acme", reader)
             token = issue_token(SECRET, Principal(tenant="acme", user=principal.user, groups=principal.groups))
-            proc, api = start_serve(env, base / "home", base / "serve.log")
-            http = httpx.Client(base_url=api, timeout=60)
-
-            def served(i: int) -> bool:
-                response = http.post(
-                    "/v1/ask",
-                    json={"question": f"What is the access code for vault number {i}?"},
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-                response.raise_for_status()
-                return cites(response.json(), f"v{i:03d}/code.md")
 
             def revoke(i: int) -> None:
                 doc = src / f"v{i:03d}" / "code.md"
@@ -176,18 +198,18 @@ def posix(n: int, interval_s: float) -> dict[str, Any]:
                 ][i % 3]
                 subprocess.run(how, check=True)
 
-            asks: list[float] = []
-            try:
-                drained(http)
-                values = latencies(n, revoke, served, asks=asks)
-            finally:
-                http.close()
-                proc.terminate()
-                proc.wait(60)
-            passes = pass_seconds((base / "serve.log").read_text(errors="replace"))
+            return serve_and_time(
+                env,
+                base,
+                token,
+                n,
+                revoke,
+                lambda answer, i: cites(answer, f"v{i:03d}/code.md"),
+                r"changes pass of \S+: .* in ([0-9.]+)s",
+                interval_s,
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
 
 
 def smb(n: int, interval_s: float) -> dict[str, Any]:
@@ -226,34 +248,19 @@ def smb(n: int, interval_s: float) -> dict[str, Any]:
         env = environment(base / "home")
         env.update(RAGSYNC_CONFIG=str(config), SMB_BENCH_READER_PASSWORD=w.svc.SMB_PASSWORD)
         token = issue_token(SECRET, Principal(tenant=w.TENANT, user=reader, groups=()))
-        proc, api = start_serve(env, base / "home", base / "serve.log")
-        http = httpx.Client(base_url=api, timeout=60)
-
-        def served(i: int) -> bool:
-            response = http.post(
-                "/v1/ask",
-                json={"question": f"What is the access code for vault number {i}?"},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-            response.raise_for_status()
-            return cites(response.json(), f"v{i:03d}.md")
-
-        def revoke(i: int) -> None:
-            w.smbcacls(f"vault/v{i:03d}.md", "-D", w.ace(reader, True))
-
-        asks: list[float] = []
-        try:
-            drained(http)
-            values = latencies(n, revoke, served, asks=asks, timeout_s=120.0)
-        finally:
-            http.close()
-            proc.terminate()
-            proc.wait(60)
-        log = (base / "serve.log").read_text(errors="replace")
-        passes = [float(m) for m in re.findall(r"full pass of share: .* in ([0-9.]+)s", log)]
+        return serve_and_time(
+            env,
+            base,
+            token,
+            n,
+            lambda i: w.smbcacls(f"vault/v{i:03d}.md", "-D", w.ace(reader, True)),
+            lambda answer, i: cites(answer, f"v{i:03d}.md"),
+            r"full pass of share: .* in ([0-9.]+)s",
+            interval_s,
+            timeout_s=120.0,
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
 
 
 def dokuwiki(n: int, interval_s: float) -> dict[str, Any]:
@@ -286,39 +293,21 @@ def dokuwiki(n: int, interval_s: float) -> dict[str, Any]:
         env = environment(base / "home")
         env.update(RAGSYNC_CONFIG=str(config), BENCH_WIKI_PASSWORD=PASSWORD)
         token = issue_token(SECRET, Principal(tenant="acme", user="ann", groups=("staff", "user")))
-        proc, api = start_serve(env, base / "home", base / "serve.log")
-        http = httpx.Client(base_url=api, timeout=60)
-
-        def served(i: int) -> bool:
-            response = http.post(
-                "/v1/ask",
-                json={"question": f"What is the access code for vault number {i}?"},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-            response.raise_for_status()
-            return any(c["passage_id"].startswith(f"wiki:vault/v{i:02d}@") for c in response.json()["claims"])
-
-        asks: list[float] = []
-        try:
-            drained(http)
-            values = latencies(
-                n,
-                lambda i: wiki.revoke(f"vault:v{i:02d}", "@staff"),
-                served,
-                asks=asks,
-                timeout_s=120.0,
-                spread_s=interval_s,
-            )
-        finally:
-            http.close()
-            proc.terminate()
-            proc.wait(60)
-        log = (base / "serve.log").read_text(errors="replace")
-        passes = [float(m) for m in re.findall(r"full pass of wiki: .* in ([0-9.]+)s", log)]
+        return serve_and_time(
+            env,
+            base,
+            token,
+            n,
+            lambda i: wiki.revoke(f"vault:v{i:02d}", "@staff"),
+            lambda answer, i: any(c["passage_id"].startswith(f"wiki:vault/v{i:02d}@") for c in answer["claims"]),
+            r"full pass of wiki: .* in ([0-9.]+)s",
+            interval_s,
+            timeout_s=120.0,
+            spread_s=interval_s,
+        )
     finally:
         wiki.stop()
         shutil.rmtree(base, ignore_errors=True)
-    return {**summary(values, interval_s, asks), "pass_s_p50": round(percentile(passes, 0.5), 3) if passes else None}
 
 
 KINDS: dict[str, Callable[[int, float], dict[str, Any]]] = {"posix": posix, "smb": smb, "dokuwiki": dokuwiki}

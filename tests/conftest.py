@@ -351,3 +351,19 @@ def embedder() -> Any:
     if not (MODEL_PATH / "model.onnx").is_file():
         pytest.skip(f"no embedding model at {MODEL_PATH}")
     return FastEmbedder(MODEL_PATH)
+
+
+@pytest.fixture
+def wiki(tmp_path: Path) -> Iterator[Any]:
+    """A private real DokuWiki (tests/dokuwiki_world.py) on a free port, stopped afterwards; skipped
+    when Debian's dokuwiki and php are not installed (`available()` says why)."""
+    from dokuwiki_world import Wiki, available
+
+    why = available()
+    if why:
+        pytest.skip(why)
+    running = Wiki(tmp_path / "services", free_port()).start()
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -1,5 +1,5 @@
 """A generated SMB world on the real Samba of `compose/local/services up samba`, and the pair-by-pair check
-(issue 19 item 6). Shared by tests/test_smb_source.py and bench/source_permissions_smb.py.
+(issue 19 item 6). Shared by tests/test_smb_source.py and bench/source_permissions.py --kind smb.
 
 The world: Unix users and groups made Samba users (smbpasswd) and domain groups (net groupmap), with
 overlapping memberships; nested folders whose ACLs carry inheritable entries (object and container

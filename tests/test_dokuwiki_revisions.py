@@ -7,13 +7,11 @@ Against a private real wiki (tests/dokuwiki_world.py) through the real connector
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import free_port
-from dokuwiki_world import ADMIN, Wiki, available
+from dokuwiki_world import ADMIN, Wiki
 
 from connectors.dokuwiki import DokuWikiConnector
 from ragsync.pipeline import sync_source
@@ -23,18 +21,6 @@ from ragsync.wiring import Components, build
 from schemas.principal import AccessFilter
 
 SOURCE, TENANT, DOC = "wiki", "acme", "wiki:ops/runbook"
-
-
-@pytest.fixture
-def wiki(tmp_path: Path) -> Iterator[Wiki]:
-    why = available()
-    if why:
-        pytest.skip(why)
-    running = Wiki(tmp_path / "services", free_port()).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _connector(wiki: Wiki, tmp_path: Path, **extra: int) -> DokuWikiConnector:

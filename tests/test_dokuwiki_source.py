@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
-from dokuwiki_world import Population, Wiki, available, populate, random_edit
+from dokuwiki_world import Population, Wiki, populate, random_edit
 from starlette.testclient import TestClient
 
 from connectors.dokuwiki import DokuWikiConnector, DokuWikiError, doc_path
@@ -35,18 +33,6 @@ from schemas.principal import AccessFilter, Principal
 
 SOURCE, TENANT = "wiki", "acme"
 COUNTS = {"pairs": 0, "wider": 0, "stricter": 0, "stricter_reported": 0, "edits": 0}
-
-
-@pytest.fixture
-def wiki(tmp_path: Path) -> Iterator[Wiki]:
-    why = available()
-    if why:
-        pytest.skip(why)
-    running = Wiki(tmp_path / "services", free_port()).start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _components(tmp_path: Path) -> Components:

@@ -5,7 +5,7 @@ and groups for the server). tests/smb_world.py builds the world and makes the co
 
 CI: 20 users in 6 overlapping groups, 60 files in 8 nested folders, every (file, user) pair compared
 after the first sync and after each of 3 syncs of 5 random edits (15 edits; 4,800 pairs); the full run (200 files,
-100 edits, >= 4,000 pairs per comparison) is bench/source_permissions_smb.py.
+100 edits, >= 4,000 pairs per comparison) is bench/source_permissions.py --kind smb.
 """
 
 from __future__ import annotations
