@@ -183,3 +183,62 @@ def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_an_append_holds_the_chain_lock_for_its_create_only(prefix: str) -> None:
+    """Every deletion of a worker appends through one chain lock: with the probe of the next seq and
+    the head's read and write inside it (four round trips), a burst of deletions queued for seconds
+    behind each other's evidence on a busy machine. Only the conditional create needs the lock."""
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    real = audit._es
+    under_lock: list[str] = []
+
+    class Recording:
+        """Forwards every call to the real client, noting those made while the chain lock is held."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if not callable(attr):
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if audit._lock.locked():
+                    under_lock.append(name)
+                return attr(*args, **kwargs)
+
+            return call
+
+    try:
+        audit.append(record("warm"))  # the first append reads the head and walks from it
+        audit._es = Recording()  # type: ignore[assignment]
+        for i in range(5):
+            audit.append(record(f"l{i}", received_ms=i))
+        assert under_lock == ["create"] * 5
+        links, head = audit.chain()
+        assert [link.seq for link in links] == list(range(1, 7)) and head == (6, links[-1].hash)
+    finally:
+        audit._es = real
+        audit.close()
+
+
+def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix: str) -> None:
+    """The head moves outside the chain lock, once for every link created meanwhile: it must still end
+    at the last link, and the chain must stay whole, with threads of one worker and several workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from indexer.audit_chain import verify
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    workers = [ElasticDeletionAudit(ES, prefix=prefix) for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            list(pool.map(lambda i: workers[i % 2].append(record(f"m{i}", received_ms=i)), range(36)))
+        links, head = workers[1].chain()
+        assert [link.seq for link in links] == list(range(1, 37))
+        assert head == (36, links[-1].hash)
+        assert verify(links, head) == []
+    finally:
+        for w in workers:
+            w.close()
