@@ -242,3 +242,59 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
     finally:
         for w in workers:
             w.close()
+
+
+def test_appends_queued_behind_a_create_are_created_by_one_leader(prefix: str) -> None:
+    """Group commit: while a create is in flight, later appends queue, and the thread that leads
+    creates all of them back to back; under a plain lock each waited for the lock to be handed over,
+    one thread wake-up at a time, which on a loaded machine cost more than the creates."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from waiting import wait_until
+
+    from indexer.audit_chain import verify
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit.append(record("warm"))
+    real = audit._es
+    creators: list[int] = []
+    first_create = threading.Event()
+    release = threading.Event()
+
+    class HoldFirstCreate:
+        """Forwards to the real client; the first chain create waits until the others have queued."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name != "create":
+                return attr
+
+            def create(*args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("index") == audit.index:
+                    creators.append(threading.get_ident())
+                    if len(creators) == 1:
+                        first_create.set()
+                        release.wait(30)
+                return attr(*args, **kwargs)
+
+            return create
+
+    audit._es = HoldFirstCreate()  # type: ignore[assignment]
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            first = pool.submit(audit.append, record("g0"))
+            assert first_create.wait(30)
+            rest = [pool.submit(audit.append, record(f"g{i}", received_ms=i)) for i in range(1, 6)]
+            wait_until(lambda: len(getattr(audit, "_queue", ())) >= 5, 10, "the other appends queued")
+            release.set()
+            for f in [first, *rest]:
+                f.result(60)
+        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one leader created the queued links"
+        links, head = audit.chain()
+        assert [link.seq for link in links] == list(range(1, 8)) and verify(links, head) == []
+    finally:
+        release.set()
+        audit._es = real
+        audit.close()
