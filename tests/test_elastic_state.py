@@ -244,10 +244,10 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
             w.close()
 
 
-def test_appends_queued_behind_a_create_are_created_by_one_leader(prefix: str) -> None:
-    """Group commit: while a create is in flight, later appends queue, and the thread that leads
-    creates all of them back to back; under a plain lock each waited for the lock to be handed over,
-    one thread wake-up at a time, which on a loaded machine cost more than the creates."""
+def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -> None:
+    """While a create is in flight, later appends queue, and one thread creates all of them back to
+    back; under a plain lock each waited for the lock to be handed over, one thread wake-up at a
+    time, which on a loaded machine cost more than the creates."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -291,7 +291,7 @@ def test_appends_queued_behind_a_create_are_created_by_one_leader(prefix: str) -
             release.set()
             for f in [first, *rest]:
                 f.result(60)
-        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one leader created the queued links"
+        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one writer created the queued links"
         links, head = audit.chain()
         assert [link.seq for link in links] == list(range(1, 8)) and verify(links, head) == []
     finally:
