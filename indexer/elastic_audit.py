@@ -162,7 +162,7 @@ class ElasticDeletionAudit:
             if self._closed:
                 raise RuntimeError("the deletion audit is closed")
             self._queue.append(mine)
-            if self._writer is None:
+            if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(target=self._write_links, name="ragsync-audit-chain", daemon=True)
                 self._writer.start()
             self._pending.notify()
