@@ -65,14 +65,20 @@ BUSY_LOOP = "while True: pass"
 class BackgroundLoad:
     """N CPU-bound processes of the benchmark's own, so a figure "under load" is reproducible: the
     machine is as busy as the flag says, not as busy as whatever else happened to run. Each is a
-    plain busy loop (one core each while it runs), killed by its PID when the run ends."""
+    plain busy loop (one core each while it runs), killed by its PID when the run ends. They start
+    once the targets are indexed (`start`): phase 0 is setup, not measured, and under the load it
+    took longer than the whole measured part."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.load_at_start: list[float] | None = None
+
+    def start(self) -> None:
+        self.load_at_start = loadavg()
+        self.procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(self.n)]
 
     def __enter__(self) -> BackgroundLoad:
-        self.procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(self.n)]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -86,7 +92,7 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run(runner: Any, args: argparse.Namespace, load: BackgroundLoad) -> dict[str, Any]:
     from query.retrieval import RetrievalSettings, Retriever
 
     c = runner.components
@@ -109,7 +115,8 @@ def run(runner: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.profile == "cluster":
         runner.vector  # noqa: B018  (open the probe's client before the clock runs)
 
-    print(f"phase 1: backlog of {args.backlog} upserts", flush=True)
+    load.start()
+    print(f"phase 1: backlog of {args.backlog} upserts ({load.n} busy processes started)", flush=True)
     runner.publish([upsert(f"{SOURCE}:backlog/doc-{i:05d}.md", 1, backlog_content(i)) for i in range(args.backlog)])
 
     print(
@@ -298,14 +305,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     factory: Callable[[Path], Any] = Cluster if args.profile == "cluster" else Embedded
     load_at_start = loadavg()
-    with tempfile.TemporaryDirectory(prefix="ragsync-propagation-") as tmp, BackgroundLoad(args.background_load):
+    with (
+        tempfile.TemporaryDirectory(prefix="ragsync-propagation-") as tmp,
+        BackgroundLoad(args.background_load) as load,
+    ):
         runner = factory(Path(tmp))
         try:
-            result = run(runner, args)
+            result = run(runner, args, load)
         finally:
             runner.close()
         load_at_end = loadavg()  # before the busy loops stop
-    result["load_average"] = {"start": load_at_start, "end": load_at_end}
+    result["load_average"] = {"start": load_at_start, "busy_loops_started": load.load_at_start, "end": load_at_end}
     suffix = f"-load{args.background_load}" if args.background_load else ""
     out = args.out or RESULTS / f"propagation-{args.profile}{suffix}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

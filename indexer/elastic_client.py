@@ -57,10 +57,17 @@ class ElasticWriteError(RuntimeError):
     """A bulk item failed. The caller's event stays uncommitted and is retried."""
 
 
+CONNECTIONS_PER_NODE = 64
+"""Per client; the transport *blocks* a request when all are busy (its default is 10). A cluster
+worker runs up to 2 x streams.faust_app.REVOCATION_CONCURRENCY appliers plus the documents thread on
+one adapter's client: with 10 connections the extra ones would queue in the transport unseen."""
+
+
 def connect(url: str, *, request_timeout: float = 30.0, max_retries: int = 3) -> Elasticsearch:
     """One client per adapter: retries timeouts and overload (429/502/503/504) with backoff."""
     return Elasticsearch(
         url,
+        connections_per_node=CONNECTIONS_PER_NODE,
         request_timeout=request_timeout,
         max_retries=max_retries,
         retry_on_timeout=True,

@@ -9,6 +9,7 @@ event older than what was applied is ignored (a tombstone keeps a late upsert fr
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -45,8 +46,22 @@ class Preempted(Exception):
 
 
 EMBED_SUB_BATCH = 32
-"""Texts per embedding call inside a batch: the model's own batch size, so splitting costs nothing,
-and the longest a revocation waits for an upsert batch that is embedding (see `interrupt`)."""
+"""Texts per embedding call inside a batch at most: the model's own batch size, so splitting costs
+nothing."""
+
+EMBED_CALL_BUDGET_S = 0.2
+"""How long one embedding call of a batch that may give way (`interrupt`) should take: the longest a
+revocation waits for it. 32 texts take about 0.1 s of CPU, but the worker's share of a contended CPU
+is a fraction of that: at a load average of 20 one call of 32 took seconds, and a revocation on the
+embedded profile waited for it (converged 5 s p50, 11 s p99). So the calls shrink to what fits."""
+
+
+def sub_batch_size(texts: int, seconds: float) -> int:
+    """Texts for the next call, given that the last one embedded `texts` in `seconds`: as many as fit
+    EMBED_CALL_BUDGET_S at that pace, between 1 and EMBED_SUB_BATCH. Pure."""
+    if texts <= 0 or seconds <= 0:
+        return EMBED_SUB_BATCH
+    return max(1, min(EMBED_SUB_BATCH, int(EMBED_CALL_BUDGET_S * texts / seconds)))
 
 
 EMBEDDING_CACHE = "embedding-cache"
@@ -130,6 +145,8 @@ class IndexSink:
         self.cache = cache
         self.clock = clock
         self.upsert_passages = UpsertPassages(max_chars, chunker)
+        self._sub_batch = EMBED_SUB_BATCH
+        """Texts per embedding call of a batch that may give way, learnt from the last call's pace."""
 
     def embed_upserts(self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None) -> dict[str, Vectors]:
         """Vectors for the passages of many upserts, embedded together.
@@ -137,7 +154,8 @@ class IndexSink:
         The model is several times faster on large, length-sorted batches than on one small batch
         per document, so a worker that holds a batch of upserts embeds them together and passes
         each event's vectors to `apply`. Stale events are skipped. The texts are sorted by length
-        once and embedded EMBED_SUB_BATCH at a time (what the model does inside one call anyway);
+        once and embedded a sub-batch at a time (what the model does inside one call anyway; with an
+        `interrupt`, as many as take about EMBED_CALL_BUDGET_S, see `sub_batch_size`);
         between two calls `interrupt()` may answer True, and Preempted is raised: a worker uses it
         to apply a revocation that arrived meanwhile instead of waiting for the whole batch. What was
         embedded is not lost: the embedding cache keeps it for the retry.
@@ -160,11 +178,17 @@ class IndexSink:
             return {}
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors = np.empty((len(texts), self.embedder.dim), dtype=np.float32)
-        for start in range(0, len(order), EMBED_SUB_BATCH):
+        start = 0
+        while start < len(order):
             if start and interrupt is not None and interrupt():
                 raise Preempted
-            chunk = order[start : start + EMBED_SUB_BATCH]
+            size = self._sub_batch if interrupt is not None else EMBED_SUB_BATCH
+            chunk = order[start : start + size]
+            began = time.monotonic()
             vectors[chunk] = self.embedder.embed([texts[i] for i in chunk])
+            if interrupt is not None:
+                self._sub_batch = sub_batch_size(len(chunk), time.monotonic() - began)
+            start += len(chunk)
         return {event_id: vectors[start:end] for event_id, start, end in spans}
 
     def flush(self) -> None:

@@ -183,3 +183,118 @@ def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_an_append_holds_the_chain_lock_for_its_create_only(prefix: str) -> None:
+    """Every deletion of a worker appends through one chain lock: with the probe of the next seq and
+    the head's read and write inside it (four round trips), a burst of deletions queued for seconds
+    behind each other's evidence on a busy machine. Only the conditional create needs the lock."""
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    real = audit._es
+    under_lock: list[str] = []
+
+    class Recording:
+        """Forwards every call to the real client, noting those made while the chain lock is held."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if not callable(attr):
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if audit._lock.locked():
+                    under_lock.append(name)
+                return attr(*args, **kwargs)
+
+            return call
+
+    try:
+        audit.append(record("warm"))  # the first append reads the head and walks from it
+        audit._es = Recording()  # type: ignore[assignment]
+        for i in range(5):
+            audit.append(record(f"l{i}", received_ms=i))
+        assert under_lock == ["create"] * 5
+        links, head = audit.chain()
+        assert [link.seq for link in links] == list(range(1, 7)) and head == (6, links[-1].hash)
+    finally:
+        audit._es = real
+        audit.close()
+
+
+def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix: str) -> None:
+    """The head moves outside the chain lock, once for every link created meanwhile: it must still end
+    at the last link, and the chain must stay whole, with threads of one worker and several workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from indexer.audit_chain import verify
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    workers = [ElasticDeletionAudit(ES, prefix=prefix) for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            list(pool.map(lambda i: workers[i % 2].append(record(f"m{i}", received_ms=i)), range(36)))
+        links, head = workers[1].chain()
+        assert [link.seq for link in links] == list(range(1, 37))
+        assert head == (36, links[-1].hash)
+        assert verify(links, head) == []
+    finally:
+        for w in workers:
+            w.close()
+
+
+def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -> None:
+    """While a create is in flight, later appends queue, and one thread creates all of them back to
+    back; under a plain lock each waited for the lock to be handed over, one thread wake-up at a
+    time, which on a loaded machine cost more than the creates."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from waiting import wait_until
+
+    from indexer.audit_chain import verify
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit.append(record("warm"))
+    real = audit._es
+    creators: list[int] = []
+    first_create = threading.Event()
+    release = threading.Event()
+
+    class HoldFirstCreate:
+        """Forwards to the real client; the first chain create waits until the others have queued."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name != "create":
+                return attr
+
+            def create(*args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("index") == audit.index:
+                    creators.append(threading.get_ident())
+                    if len(creators) == 1:
+                        first_create.set()
+                        release.wait(30)
+                return attr(*args, **kwargs)
+
+            return create
+
+    audit._es = HoldFirstCreate()  # type: ignore[assignment]
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            first = pool.submit(audit.append, record("g0"))
+            assert first_create.wait(30)
+            rest = [pool.submit(audit.append, record(f"g{i}", received_ms=i)) for i in range(1, 6)]
+            wait_until(lambda: len(getattr(audit, "_queue", ())) >= 5, 10, "the other appends queued")
+            release.set()
+            for f in [first, *rest]:
+                f.result(60)
+        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one writer created the queued links"
+        links, head = audit.chain()
+        assert [link.seq for link in links] == list(range(1, 8)) and verify(links, head) == []
+    finally:
+        release.set()
+        audit._es = real
+        audit.close()

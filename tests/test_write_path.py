@@ -185,3 +185,51 @@ def test_upserts_being_embedded_give_way_to_a_revocation(tmp_path: Path) -> None
     assert texts(h["lexical"], "secret roadmap") == []
     assert log.lag(TOPIC_ACL, GROUP) == 0 and log.lag(TOPIC_DOCUMENTS, GROUP) == 0
     assert h["vector"].count("acme") == h["lexical"].count("acme") == 81
+
+
+class SlowEmbedder(FakeEmbedder):
+    """The model on a contended CPU: every text costs `per_text_s` of wall time; notes each call's size."""
+
+    def __init__(self, per_text_s: float) -> None:
+        super().__init__()
+        self.per_text_s = per_text_s
+        self.sizes: list[int] = []
+
+    def embed(self, items: Any) -> np.ndarray:
+        import time
+
+        self.sizes.append(len(items))
+        time.sleep(self.per_text_s * len(items))
+        return super().embed(items)
+
+
+def test_embedding_calls_shrink_to_the_budget_when_the_model_is_slow(tmp_path: Path) -> None:
+    """A revocation waits for the embedding call in progress: on a busy machine one call of 32 texts
+    took seconds. Once a call shows the pace, the next ones hold only what fits the budget, and every
+    text is still embedded exactly once; a fast model keeps full calls."""
+    from indexer.sink import EMBED_CALL_BUDGET_S, EMBED_SUB_BATCH
+
+    slow = SlowEmbedder(per_text_s=0.025)
+    h = home(tmp_path / "slow", Journal(), embedder=slow)
+    log: SqliteEventLog = h["log"]
+    log.publish_many([upsert(1, f"Delta fact number {i}.", doc=f"t:d{i}.md") for i in range(80)])
+    EmbeddedWorker(log, h["sink"]).drain()
+    assert slow.sizes[0] == EMBED_SUB_BATCH
+    fits = int(EMBED_CALL_BUDGET_S / slow.per_text_s)
+    assert slow.sizes[1:] and max(slow.sizes[1:]) <= fits, slow.sizes
+    assert sum(slow.sizes) == 80 and h["vector"].count("acme") == 80
+
+    fast = SlowEmbedder(per_text_s=0.0)
+    h = home(tmp_path / "fast", Journal(), embedder=fast)
+    h["log"].publish_many([upsert(1, f"Delta fact number {i}.", doc=f"t:d{i}.md") for i in range(80)])
+    EmbeddedWorker(h["log"], h["sink"]).drain()
+    assert fast.sizes == [32, 32, 16]
+
+
+def test_sub_batch_size_fits_the_budget_between_one_and_the_model_batch() -> None:
+    from indexer.sink import EMBED_CALL_BUDGET_S, EMBED_SUB_BATCH, sub_batch_size
+
+    assert sub_batch_size(32, 0.01) == EMBED_SUB_BATCH
+    assert sub_batch_size(32, 3.2) == max(1, int(EMBED_CALL_BUDGET_S * 10))
+    assert sub_batch_size(4, 100.0) == 1
+    assert sub_batch_size(0, 0.0) == EMBED_SUB_BATCH
