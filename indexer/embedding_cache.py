@@ -121,8 +121,9 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, cache: EmbeddingCache | Path, *, memo_ttl_s: float = 60.0) -> None:
         self._inner = inner
-        self._vectors: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s)
-        self._questions: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=20_000)
+        # ~2 KB a vector with its text: at most ~50 MB and ~20 MB
+        self._vectors: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=24_576)
+        self._questions: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=8_192)
         self.model_name = inner.model_name
         self.dim = inner.dim
         self.cache: EmbeddingCache = SqliteEmbeddingCache(cache) if isinstance(cache, Path) else cache

@@ -21,12 +21,14 @@ MIN_QUOTE_WORDS = 4
 """As the citation checks require: a shorter quote can never be cited."""
 
 
-_SENTENCES: TextMemo[str, tuple[str, ...]] = TextMemo()
-_TERMS: TextMemo[str, frozenset[str]] = TextMemo()
+_SENTENCES: TextMemo[str, tuple[str, ...]] = TextMemo(max_entries=4096)
+_TERMS: TextMemo[str, frozenset[str]] = TextMemo(max_entries=32768)
 """Each text's sentences and content terms, worked out once per process while in use (schemas._memo
 says why that can widen nothing and keeps no text for long). The reranker reads every sentence and
 heading of the fused top 50 and the answering model those of the evidence again; the work is pure
-Python, holds the GIL, and was most of an answer's CPU when redone per request."""
+Python, holds the GIL, and was most of an answer's CPU when redone per request. Bounded: a passage
+of ~500 characters costs ~19 KB in these memos and the reranker's together (measured on the Python
+manual), so 4,096 passages and 32,768 sentences or headings at most (a few tens of MB)."""
 
 
 def sentences(text: str) -> list[str]:

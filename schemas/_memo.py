@@ -37,7 +37,7 @@ class TextMemo(Generic[K, V]):
     read or write each (atomic under the GIL); two threads may both compute a missing value, alike."""
 
     def __init__(
-        self, ttl_s: float = 60.0, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic
+        self, ttl_s: float = 60.0, max_entries: int = 4096, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
