@@ -119,7 +119,7 @@ class CachedEmbedder:
     apart (`embed_query` may prefix them), since the same question is asked again and again.
     """
 
-    def __init__(self, inner: Embedder, cache: EmbeddingCache | Path, *, memo_ttl_s: float = 60.0) -> None:
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | Path, *, memo_ttl_s: float = 30.0) -> None:
         self._inner = inner
         # ~2 KB a vector with its text: at most ~50 MB and ~20 MB
         self._vectors: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=24_576)

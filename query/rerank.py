@@ -198,7 +198,7 @@ Reading = tuple[tuple[str, ...], tuple[frozenset[str], ...], frozenset[str]]
 _READINGS: TextMemo[tuple[str, str], Reading] = TextMemo(max_entries=4096)
 """Per (heading, text): the texts embedded for each sentence, each sentence's terms with the heading's,
 and the passage's terms: the same for every question, so worked out once while the passage is in use
-(schemas._memo: keyed by the text the asker already holds, kept for ttl_s after its last use)."""
+(schemas._memo: keyed by the text the asker already holds, kept at most ttl_s after it was worked out)."""
 
 
 def _reading(p: RerankInput) -> Reading:

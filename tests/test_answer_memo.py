@@ -36,7 +36,9 @@ class Clock:
         return self.now
 
 
-def test_an_entry_unused_for_its_ttl_is_gone_and_one_in_use_stays() -> None:
+def test_an_entry_lives_at_most_its_ttl_even_in_use() -> None:
+    """A hit does not make an entry young again: text worked out once is gone ttl_s later, used or not
+    (so a deleted document's sentences leave the memo within ttl_s of being memoised)."""
     clock = Clock()
     memo: TextMemo[str, int] = TextMemo(ttl_s=10.0, clock=clock)
     computed: list[str] = []
@@ -45,13 +47,28 @@ def test_an_entry_unused_for_its_ttl_is_gone_and_one_in_use_stays() -> None:
         return memo.get(key, lambda: computed.append(key) or len(computed))
 
     assert value("used") == 1 and value("idle") == 2
-    for _ in range(6):  # "used" is read every 4 s for 24 s; "idle" never again
-        clock.now += 4.0
-        assert value("used") == 1
+    clock.now += 5.0  # half the ttl: the generation holding both becomes the old one
+    assert value("used") == 1  # a hit in the old generation (not made young again)
+    clock.now += 2.0
+    assert value("used") == 1
+    clock.now += 3.0  # ttl_s after they were worked out: the old generation is dropped
     assert memo.peek("idle") is None
-    assert value("idle") == 3  # worked out again
-    clock.now += 10.0  # nothing used for a whole ttl: both generations are dropped at the next use
+    assert value("used") == 3  # worked out again, although it was read meanwhile
+    clock.now += 10.0
     assert memo.peek("used") is None and len(memo) == 0
+
+
+def test_an_idle_process_drops_its_entries_without_being_asked() -> None:
+    """The sweeper ages every memo: nothing has to call the memo for its text to go."""
+    import time
+
+    memo: TextMemo[str, str] = TextMemo(ttl_s=0.5)
+    memo.put("text", "a copy of the text")
+    assert memo.peek("text") == "a copy of the text"
+    deadline = time.monotonic() + 10.0
+    while (memo._young or memo._old) and time.monotonic() < deadline:
+        time.sleep(0.1)  # no get, peek or put meanwhile
+    assert not memo._young and not memo._old
 
 
 def test_the_memo_holds_at_most_max_entries() -> None:
