@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from serving import start_serve, stop  # noqa: E402
 
 from query.tokens import issue_token  # noqa: E402
 from schemas.principal import Principal  # noqa: E402
@@ -142,29 +144,6 @@ def cli(env: dict[str, str], *args: str) -> tuple[dict[str, Any], float]:
     return json.loads(done.stdout), elapsed
 
 
-def start_serve(env: dict[str, str], home: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "serve", "--port", "0"],
-        env=env,
-        cwd=ROOT,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"serve exited:\n{log.read_text()}")
-        try:
-            info = json.loads((home / "owner.lock").read_text() or "{}")
-            mine = info.get("pid") == proc.pid and info.get("api")
-            if mine and httpx.get(f"{info['api']}/readyz", timeout=5).status_code == 200:
-                return proc, str(info["api"])
-        except (OSError, ValueError, httpx.HTTPError):
-            pass
-        time.sleep(0.2)
-    raise SystemExit("serve not ready")
-
-
 def cites(answer: dict[str, Any], path: str) -> bool:
     return any(c["passage_id"].split("@", 1)[0].split(":", 1)[-1] == path for c in answer["claims"])
 
@@ -187,7 +166,7 @@ def main() -> None:
         home = root / "home"
         vault, bulk = build(root, args.revocations, args.backlog)
         env = environment(home)
-        proc, api = start_serve(env, home, root / "serve.log")
+        proc, api = start_serve(env, root / "serve.log", timeout_s=180)
         http = httpx.Client(base_url=api, timeout=60)
         token = issue_token(SECRET, Principal(tenant="acme", user="ann", groups=("staff",)))
 
@@ -249,8 +228,7 @@ def main() -> None:
             applied_during = args.backlog - backlog_end
         finally:
             http.close()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
+            stop(proc)
 
     report = {
         "benchmark": "revocation latency while serving behind an ingest backlog, embedded profile",

@@ -17,11 +17,13 @@ import hashlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from indexer.ports import Embedder, EmbeddingCache, PurgeDetails, Removal, Vectors
+from schemas._memo import TextMemo
 
 
 def embedding_key(model_name: str, text: str) -> bytes:
@@ -35,13 +37,11 @@ _REQUEST: contextvars.ContextVar[dict[bytes, Vectors] | None] = contextvars.Cont
 
 @contextlib.contextmanager
 def request_scope() -> Iterator[None]:
-    """Within it, each text (and the question) is embedded or read from the cache once per request.
+    """Within it, each text a request reads from the cache is read once per request.
 
-    One question is embedded by dense retrieval, the reranker and the answering model, and the
-    sentences the reranker scored are scored again by the model: without this, each asked the
-    model (the question, three ONNX runs) or the cache (hundreds of sentence keys) again. The
-    vectors live only as long as the request (a dict dropped at its end, nothing kept after it, so
-    a deleted document's vectors never outlive the request that read them). A pool thread sees the
+    The sentences the reranker scored are scored again by the model: without this, the texts the
+    process-wide memo (CachedEmbedder) does not hold yet were asked of the cache again. The scope's
+    vectors live only as long as the request (a dict dropped at its end). A pool thread sees the
     scope when it runs in a copy of the caller's context (contextvars.copy_context().run).
     """
     token = _REQUEST.set({})
@@ -109,10 +109,21 @@ class SqliteEmbeddingCache:
 
 
 class CachedEmbedder:
-    """Wraps an embedder with an EmbeddingCache (or a SQLite file, given a path)."""
+    """Wraps an embedder with an EmbeddingCache (or a SQLite file, given a path).
 
-    def __init__(self, inner: Embedder, cache: EmbeddingCache | Path) -> None:
+    In front of the cache, a short-lived memo of the vectors read or made in this process, by text
+    (schemas._memo): an answer reads the vectors of every sentence of the fused top 50, mostly the same
+    ones question after question, and hashing and reading hundreds of keys per search was a large part
+    of an answer's CPU. A value is the vector of its key's text (what the cache would return); `forget`
+    drops a deleted text's entry from the memo as from the cache. Questions are memoised the same way,
+    apart (`embed_query` may prefix them), since the same question is asked again and again.
+    """
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache | Path, *, memo_ttl_s: float = 30.0) -> None:
         self._inner = inner
+        # ~2 KB a vector with its text: at most ~50 MB and ~20 MB
+        self._vectors: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=24_576)
+        self._questions: TextMemo[str, Vectors] = TextMemo(ttl_s=memo_ttl_s, max_entries=8_192)
         self.model_name = inner.model_name
         self.dim = inner.dim
         self.cache: EmbeddingCache = SqliteEmbeddingCache(cache) if isinstance(cache, Path) else cache
@@ -128,6 +139,22 @@ class CachedEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        held: list[Vectors] = []
+        for text in texts:
+            vector = self._vectors.peek(text)
+            if vector is None:
+                break
+            held.append(vector)
+        else:
+            with self._lock:
+                self.hits += len(texts)
+            return np.stack(held)
+        vectors = self._embed(texts)
+        for text, row in zip(texts, vectors, strict=True):
+            self._vectors.put(text, row.copy())
+        return vectors
+
+    def _embed(self, texts: Sequence[str]) -> Vectors:
         keys = [embedding_key(self.model_name, t) for t in texts]
         scope = _REQUEST.get()
         found: dict[bytes, Vectors] = {}
@@ -155,20 +182,15 @@ class CachedEmbedder:
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> Vectors:
-        scope = _REQUEST.get()
-        if scope is None:
-            return self._inner.embed_query(text)
-        key = b"query\x00" + embedding_key(self.model_name, text)  # never a text key: the prefix may differ
-        vector = scope.get(key)
-        if vector is None:
-            vector = scope[key] = self._inner.embed_query(text)
-        return vector
+        return self._questions.get(text, partial(self._inner.embed_query, text))
 
     def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
         """Drop the entries of these texts (a deleted document's passages): (removed, their keys).
 
         A text another live document shares is embedded again the next time it is needed.
         """
+        for text in texts:
+            self._vectors.discard(text)
         keys = list(dict.fromkeys(embedding_key(self.model_name, t) for t in texts))
         return (self.cache.delete_many(keys) if keys else 0), keys
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import numpy as np
 from indexer.ports import Embedder
 from query.ports import RerankInput
 from query.sentences import content_terms, embedding_text, sentences
+from schemas._memo import TextMemo
 from schemas.errors import (
     RerankerUnavailable as RerankerUnavailable,  # re-export (schemas.errors)
 )
@@ -100,7 +103,7 @@ Git paraphrases 0.714 -> 0.810, Python and flex unchanged or better; below 0.3 G
 paraphrases again, at 1.0 flex loses one."""
 
 
-def term_weights(query_terms: Sequence[str], bags: Sequence[set[str]]) -> dict[str, float]:
+def term_weights(query_terms: Sequence[str], bags: Sequence[AbstractSet[str]]) -> dict[str, float]:
     """BM25's idf of each question term over the candidates themselves (bags: each passage's terms).
 
     The reranker's job is to tell the candidates apart, so a term every candidate contains (the
@@ -115,7 +118,7 @@ def term_weights(query_terms: Sequence[str], bags: Sequence[set[str]]) -> dict[s
     return weights
 
 
-def coverage(weights: Mapping[str, float], terms: set[str]) -> float:
+def coverage(weights: Mapping[str, float], terms: AbstractSet[str]) -> float:
     """Share of the question's term weight that `terms` holds (0 when the question has no content word)."""
     total = sum(weights.values())
     return sum(w for t, w in weights.items() if t in terms) / total if total > 0 else 0.0
@@ -160,28 +163,47 @@ class SentenceReranker:
             return []
         spans: list[tuple[int, int]] = []
         texts: list[str] = []
-        units: list[list[set[str]]] = []
-        bags: list[set[str]] = []
+        units: list[tuple[frozenset[str], ...]] = []
+        bags: list[frozenset[str]] = []
         for p in passages:
-            own = sentences(p.text)
-            heading = content_terms(p.heading)
-            units.append([content_terms(s) | heading for s in own] or [content_terms(p.text) | heading])
-            bags.append(content_terms(p.text) | heading)
-            embedded = [embedding_text(p.heading, s) for s in own] or [embedding_text(p.heading, p.text)]
+            embedded, own_units, bag = _READINGS.get((p.heading, p.text), partial(_reading, p))
+            units.append(own_units)
+            bags.append(bag)
             spans.append((len(texts), len(texts) + len(embedded)))
             texts.extend(embedded)
         whole = len(texts)
         if self.passage_meaning:
             texts.extend(p.dense_text or embedding_text(p.heading, p.text) for p in passages)
         q = np.asarray(self.embedder.embed_query(query), dtype=np.float32)
-        sims = np.asarray(self.embedder.embed(texts), dtype=np.float32) @ q
+        sims = (np.asarray(self.embedder.embed(texts), dtype=np.float32) @ q).tolist()
         weights = term_weights(sorted(content_terms(query)), bags)
+        total = sum(weights.values())
         scores = []
         for i, ((a, b), own_units, bag) in enumerate(zip(spans, units, bags, strict=True)):
             best = max(
-                float(sim) + self.sentence_coverage * coverage(weights, unit)
+                sim + self.sentence_coverage * _coverage(weights, total, unit)
                 for sim, unit in zip(sims[a:b], own_units, strict=True)
             )
-            meaning = self.passage_meaning * float(sims[whole + i]) if self.passage_meaning else 0.0
-            scores.append(best + self.passage_coverage * coverage(weights, bag) + meaning)
+            meaning = self.passage_meaning * sims[whole + i] if self.passage_meaning else 0.0
+            scores.append(best + self.passage_coverage * _coverage(weights, total, bag) + meaning)
         return scores
+
+
+def _coverage(weights: Mapping[str, float], total: float, terms: AbstractSet[str]) -> float:
+    """coverage() with the total worked out once per question."""
+    return sum(w for t, w in weights.items() if t in terms) / total if total > 0 else 0.0
+
+
+Reading = tuple[tuple[str, ...], tuple[frozenset[str], ...], frozenset[str]]
+_READINGS: TextMemo[tuple[str, str], Reading] = TextMemo(max_entries=4096)
+"""Per (heading, text): the texts embedded for each sentence, each sentence's terms with the heading's,
+and the passage's terms: the same for every question, so worked out once while the passage is in use
+(schemas._memo: keyed by the text the asker already holds, kept at most ttl_s after it was worked out)."""
+
+
+def _reading(p: RerankInput) -> Reading:
+    own = sentences(p.text)
+    heading = content_terms(p.heading)
+    units = tuple(content_terms(s) | heading for s in own) or (content_terms(p.text) | heading,)
+    embedded = tuple(embedding_text(p.heading, s) for s in own) or (embedding_text(p.heading, p.text),)
+    return embedded, units, content_terms(p.text) | heading

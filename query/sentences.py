@@ -8,11 +8,9 @@ question's words the same way (`content_terms`), so "covers the question" means 
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import re
-from collections.abc import Iterator
 
+from schemas._memo import TextMemo
 from schemas.sentences import split_sentences
 from schemas.text import STOPWORDS, query_terms, word_count
 
@@ -23,15 +21,19 @@ MIN_QUOTE_WORDS = 4
 """As the citation checks require: a shorter quote can never be cited."""
 
 
+_SENTENCES: TextMemo[str, tuple[str, ...]] = TextMemo(max_entries=4096)
+_TERMS: TextMemo[str, frozenset[str]] = TextMemo(max_entries=32768)
+"""Each text's sentences and content terms, worked out once per process while in use (schemas._memo
+says why that can widen nothing and keeps no text for long). The reranker reads every sentence and
+heading of the fused top 50 and the answering model those of the evidence again; the work is pure
+Python, holds the GIL, and was most of an answer's CPU when redone per request. Bounded: a passage
+of ~500 characters costs ~19 KB in these memos and the reranker's together (measured on the Python
+manual), so 4,096 passages and 32,768 sentences or headings at most (a few tens of MB)."""
+
+
 def sentences(text: str) -> list[str]:
-    """Citable units (see _sentences), each text's once per request within terms_scope."""
-    memo = _SENTENCES.get()
-    if memo is None:
-        return _sentences(text)
-    found = memo.get(text)
-    if found is None:
-        found = memo[text] = tuple(_sentences(text))
-    return list(found)
+    """Citable units (see _sentences)."""
+    return list(_SENTENCES.get(text, lambda: tuple(_sentences(text))))
 
 
 def _sentences(text: str) -> list[str]:
@@ -83,43 +85,13 @@ def stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("e") else word
 
 
-_TERMS: contextvars.ContextVar[dict[str, frozenset[str]] | None] = contextvars.ContextVar(
-    "ragsync_terms_request", default=None
-)
-_SENTENCES: contextvars.ContextVar[dict[str, tuple[str, ...]] | None] = contextvars.ContextVar(
-    "ragsync_sentences_request", default=None
-)
-
-
-@contextlib.contextmanager
-def terms_scope() -> Iterator[None]:
-    """Within it, each text's sentences and content terms are worked out once per request.
-
-    The reranker reads every sentence and heading of the fused top 50 and the answering model reads
-    those of the evidence again; the work is pure Python and held the GIL for most of an answer.
-    The memo lives only as long as the request (nothing of a passage's text outlives it).
-    """
-    token, cut = _TERMS.set({}), _SENTENCES.set({})
-    try:
-        yield
-    finally:
-        _SENTENCES.reset(cut)
-        _TERMS.reset(token)
-
-
 def _terms(text: str) -> set[str]:
     return {stem(t) for t in query_terms(text) if t not in STOPWORDS and t not in QUESTION_WORDS}
 
 
-def content_terms(text: str) -> set[str]:
+def content_terms(text: str) -> frozenset[str]:
     """Stemmed words that say what a text is about: no stopwords, no question words."""
-    memo = _TERMS.get()
-    if memo is None:
-        return _terms(text)
-    found = memo.get(text)
-    if found is None:
-        found = memo[text] = frozenset(_terms(text))
-    return set(found)
+    return _TERMS.get(text, lambda: frozenset(_terms(text)))
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_%<>.:+#-]*[A-Za-z0-9_>+#]")

@@ -18,7 +18,6 @@ from query.citations import check_claims
 from query.loop import InvalidDecision, LoopState, interpret
 from query.ports import Evidence, Model, ModelTurn, ModelUnavailable
 from query.retrieval import Retrieval, Retriever
-from query.sentences import terms_scope
 from query.tokens import TokenVerifier
 from schemas._time import to_utc, utcnow
 from schemas.decisions import (
@@ -105,8 +104,8 @@ class QueryWorker:
         return self.ask(principal, question, as_of)
 
     def ask(self, principal: Principal, question: str, as_of: datetime | None = None) -> AskResult:
-        # One request's embeddings, sentences and terms are worked out once, and forgotten at its end.
-        with request_scope(), terms_scope():
+        # One request's question vector is worked out once, and forgotten at its end.
+        with request_scope():
             return self._ask(principal, question, as_of)
 
     def _ask(self, principal: Principal, question: str, as_of: datetime | None) -> AskResult:
