@@ -84,6 +84,9 @@ class RecordingEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.inner.embed_query(text)  # type: ignore[no-any-return]
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.token_counts(texts)  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self.inner.close()
 
