@@ -219,6 +219,11 @@ class FastEmbedder:
             done.extend(batch)
         return pool(done, np.concatenate(rows), len(texts))
 
+    def window_sizes(self, texts: Sequence[str]) -> list[list[int]]:
+        """Word pieces of each window each text is embedded as (what the model sees of it, for bench/)."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        return [[len(w.ids) - self._specials for w in (e, *e.overflowing)] for e in encodings]
+
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text costs the model (its windows' tokens, special tokens included)."""
         encodings = self._tokenizer.encode_batch(list(texts))
