@@ -7,6 +7,7 @@ MiniLM export and its tokenizer.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,3 +114,19 @@ def test_batches_are_sorted_by_length_and_cover_every_window() -> None:
     assert sorted(w.text for w in flat) == list(range(6))
     assert [len(w.ids) for w in flat] == sorted(len(w.ids) for w in windows)
     assert [w.pieces for w in windows] == [5, 300, 1, 40, 40, 7]
+
+
+def test_an_int8_models_vector_does_not_depend_on_its_batch(tmp_path: Path) -> None:
+    """Dynamic quantisation scales a run's activations by the whole batch: the int8 model embeds one
+    window per run, so a passage's vector is the one it gets alone (as a question is embedded)."""
+    from indexer.embedder import FastEmbedder
+
+    variant = tmp_path / "int8-export"
+    variant.mkdir()
+    for item in MODEL_PATH.iterdir():
+        (variant / item.name).symlink_to(item)
+    (variant / "ragsync-model.json").write_text('{"variant": "int8"}')
+    model = FastEmbedder(variant)
+    assert model.batch_size == 1 and FastEmbedder(MODEL_PATH).batch_size == 32
+    texts = ["short", _long_text(10, "tail"), "a somewhat longer sentence about start conditions"]
+    assert np.array_equal(model.embed(texts)[2], model.embed([texts[2]])[0])
