@@ -237,6 +237,12 @@ def main() -> None:
         "--ragsync-env", action="append", default=[], help="KEY=VALUE for ragsync's side (a lever under test)."
     )
     parser.add_argument("--skip-llamaindex", action="store_true")
+    parser.add_argument(
+        "--llamaindex-first",
+        action="store_true",
+        help="Time LlamaIndex before ragsync (the default order is ragsync first): on a machine whose load"
+        " drifts, the side that runs first sees other load; run both orders and compare.",
+    )
     parser.add_argument("--recall", action="append", default=[], help="SET=BEFORE.json,AFTER.json")
     parser.add_argument(
         "--small-files", type=Path, help="A bench/ingest.py report: its small-files passages/s goes in the JSON."
@@ -263,6 +269,13 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
         env["PYTHONPATH"] = str(ROOT)
 
+        texts_out = tmp_path / "llamaindex-texts.json"
+        li_argv = [sys.executable, __file__, "--child", "llamaindex", "--corpus", str(corpus)]
+        li_argv += ["--model", str(args.model), "--texts-out", str(texts_out)]
+        first = "llamaindex" if args.llamaindex_first and not args.skip_llamaindex else "ragsync"
+        report["order"] = [first, "ragsync" if first == "llamaindex" else "llamaindex"]
+        li = popen_wait4(li_argv, env) if first == "llamaindex" else None
+
         home = tmp_path / "home"
         rag_env = {**env, "RAGSYNC_HOME": str(home), "RAGSYNC_PROFILE": "embedded"}
         for item in args.ragsync_env:
@@ -288,10 +301,8 @@ def main() -> None:
         report["ragsync"] = ragsync
 
         if not args.skip_llamaindex:
-            texts_out = tmp_path / "llamaindex-texts.json"
-            argv = [sys.executable, __file__, "--child", "llamaindex", "--corpus", str(corpus)]
-            argv += ["--model", str(args.model), "--texts-out", str(texts_out)]
-            li = popen_wait4(argv, env)
+            if li is None:
+                li = popen_wait4(li_argv, env)
             inner = json.loads(li.pop("stdout").strip().splitlines()[-1])
             li_texts = json.loads(texts_out.read_text())
             report["llamaindex"] = {
