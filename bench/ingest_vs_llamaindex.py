@@ -8,18 +8,20 @@ different amounts of work, so the run also says how much of each passage the mod
 - LlamaIndex: `IngestionPipeline([SentenceSplitter(), FastEmbedEmbedding(...)])`, its defaults (1,024-token
   chunks, 200 overlap, embed batches of 10). MiniLM truncates at 256 tokens, so most of each chunk is
   never embedded: `word_pieces_embedded_share` says how much is.
-- ragsync: `ragsync sync` on the embedded profile (chunk -> embed -> FTS5 + qdrant-edge + state), passages
-  sized so the model sees every word piece.
+- ragsync: `ragsync sync` on the embedded profile (chunk -> embed -> FTS5 + qdrant-edge + state) with
+  nothing but its home set, so with its default model (the int8 MiniLM when fetched: ragsync.home_model);
+  a passage longer than the model's window is embedded as several windows (indexer.embed_windows).
 
 Each side runs in its own child process, one after the other, so its wall time, CPU time and peak RSS
 (os.wait4) are its own. Word pieces are counted afterwards, untimed, with the model's own tokenizer on
-the exact texts each side embedded (LlamaIndex: each node's embed text; ragsync: each stored passage's
-`embedding_text`). The manual is the python-manual evaluation set (eval/python-manual, `--variant full`:
-45 pages; `ci`: 14), `--pages N` keeps the first N pages (a short run while developing).
+the exact texts each side embedded (LlamaIndex: each node's embed text, of which MiniLM reads the first 254
+word pieces; ragsync: each stored passage's `embedding_text`, cut into windows by ragsync's own embedder,
+so its share counts the word pieces its windows hold). The manual is the python-manual evaluation set
+(eval/python-manual, `--variant full`: 45 pages; `ci`: 14), `--pages N` keeps the first N pages.
 
     pip install -e '.[bench]'          # llama-index-core, llama-index-embeddings-fastembed
     flock /work/wt/bench.lock python3 bench/ingest_vs_llamaindex.py --variant ci
-    python3 bench/ingest_vs_llamaindex.py --ragsync-env RAGSYNC_EMBED_MODEL_PATH=/path/to/int8  # a lever
+    python3 bench/ingest_vs_llamaindex.py --ragsync-env RAGSYNC_EMBED_MODEL_PATH=/path/to/fp32  # a lever
     python3 bench/ingest_vs_llamaindex.py --recall python=before.json,after.json ...   # max_recall_drop
 
 `--recall SET=BEFORE,AFTER` takes two `ragsync eval` reports of one evaluation set (today's build and
@@ -137,8 +139,10 @@ def ragsync_texts(home: Path) -> list[str]:
     return [embedding_text(_P(*row)) for row in rows]  # type: ignore[arg-type]
 
 
-def word_pieces(texts: list[str], model: Path) -> dict[str, Any]:
-    """Word pieces per text (no special tokens, no truncation) and how many the model sees (max_length - 2)."""
+def word_pieces(texts: list[str], model: Path, seen_by: list[list[int]] | None = None) -> dict[str, Any]:
+    """Word pieces per text (no special tokens, no truncation) and how many the model sees: the first
+    max_length - 2 of each text, or, given `seen_by` (each text's windows' word pieces, from ragsync's
+    embedder), the pieces its windows hold, each window no longer than the model reads."""
     from tokenizers import Tokenizer
 
     config = json.loads((model / "tokenizer_config.json").read_text())
@@ -147,10 +151,15 @@ def word_pieces(texts: list[str], model: Path) -> dict[str, Any]:
     tokenizer.no_truncation()
     tokenizer.no_padding()
     counts = [len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    seen = [min(n, max_length - 2) for n in counts]
+    if seen_by is None:
+        seen = [min(n, max_length - 2) for n in counts]
+    else:
+        pairs = zip(seen_by, counts, strict=True)
+        seen = [min(sum(min(w, max_length - 2) for w in windows), n) for windows, n in pairs]
     total = sum(counts)
     shares = sorted(s / n for s, n in zip(seen, counts, strict=True) if n)
     return {
+        **({"windows": sum(len(w) for w in seen_by)} if seen_by is not None else {}),
         "model_max_length": max_length,
         "word_pieces": total,
         "word_pieces_embedded": sum(seen),
@@ -159,6 +168,28 @@ def word_pieces(texts: list[str], model: Path) -> dict[str, Any]:
         "min_passage_share": round(shares[0], 4) if shares else 1.0,
         "mean_word_pieces_per_passage": round(total / len(counts), 1) if counts else 0,
     }
+
+
+def ragsync_model(home: Path, forced: str | None) -> tuple[str, Path]:
+    """The model identity the home was stamped with and the folder it was loaded from (the forced
+    RAGSYNC_EMBED_MODEL_PATH, else what Settings finds for a home stamped so: the same resolution)."""
+    sys.path.insert(0, str(ROOT))
+    from ragsync.home_model import EMBEDDING_MODEL_STAMP
+    from ragsync.settings import default_model_path
+
+    identity = str(json.loads((home / EMBEDDING_MODEL_STAMP).read_text())["model"])
+    path = Path(forced) if forced else default_model_path(identity.partition("#")[0], home, "embedded")
+    if path is None:
+        sys.exit(f"cannot tell which folder ragsync loaded {identity} from")
+    return identity, path
+
+
+def windows_seen(texts: list[str], model: Path) -> list[list[int]]:
+    """Each text's windows' word pieces, as ragsync's embedder cuts them (untimed, after the run)."""
+    sys.path.insert(0, str(ROOT))
+    from indexer.embedder import FastEmbedder
+
+    return FastEmbedder(model).window_sizes(texts)
 
 
 def build_corpus(variant: str, pages: int | None, out: Path) -> Path:
@@ -206,7 +237,16 @@ def main() -> None:
         "--ragsync-env", action="append", default=[], help="KEY=VALUE for ragsync's side (a lever under test)."
     )
     parser.add_argument("--skip-llamaindex", action="store_true")
+    parser.add_argument(
+        "--llamaindex-first",
+        action="store_true",
+        help="Time LlamaIndex before ragsync (the default order is ragsync first): on a machine whose load"
+        " drifts, the side that runs first sees other load; run both orders and compare.",
+    )
     parser.add_argument("--recall", action="append", default=[], help="SET=BEFORE.json,AFTER.json")
+    parser.add_argument(
+        "--small-files", type=Path, help="A bench/ingest.py report: its small-files passages/s goes in the JSON."
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "ingest_vs_llamaindex.json")
     args = parser.parse_args()
     if args.child == "llamaindex":
@@ -229,9 +269,15 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
         env["PYTHONPATH"] = str(ROOT)
 
+        texts_out = tmp_path / "llamaindex-texts.json"
+        li_argv = [sys.executable, __file__, "--child", "llamaindex", "--corpus", str(corpus)]
+        li_argv += ["--model", str(args.model), "--texts-out", str(texts_out)]
+        first = "llamaindex" if args.llamaindex_first and not args.skip_llamaindex else "ragsync"
+        report["order"] = [first, "ragsync" if first == "llamaindex" else "llamaindex"]
+        li = popen_wait4(li_argv, env) if first == "llamaindex" else None
+
         home = tmp_path / "home"
         rag_env = {**env, "RAGSYNC_HOME": str(home), "RAGSYNC_PROFILE": "embedded"}
-        rag_env["RAGSYNC_EMBED_MODEL_PATH"] = str(args.model)
         for item in args.ragsync_env:
             key, _, value = item.partition("=")
             rag_env[key] = value
@@ -240,24 +286,23 @@ def main() -> None:
             argv += ["--tenant", tenant]
         rag = popen_wait4(argv, rag_env)
         texts = ragsync_texts(home)
-        rag_model = Path(rag_env["RAGSYNC_EMBED_MODEL_PATH"])
+        identity, rag_model = ragsync_model(home, rag_env.get("RAGSYNC_EMBED_MODEL_PATH"))
         synced = json.loads(rag.pop("stdout"))
         print(json.dumps(synced)[:2000], file=sys.stderr)
         ragsync: dict[str, Any] = {
             **rag,
             "passages": len(texts),
-            "model": str(rag_model),
+            "model": identity,
+            "model_path": str(rag_model),
             "env": args.ragsync_env,
-            **word_pieces(texts, rag_model),
+            **word_pieces(texts, rag_model, windows_seen(texts, rag_model)),
         }
         shutil.rmtree(home)
         report["ragsync"] = ragsync
 
         if not args.skip_llamaindex:
-            texts_out = tmp_path / "llamaindex-texts.json"
-            argv = [sys.executable, __file__, "--child", "llamaindex", "--corpus", str(corpus)]
-            argv += ["--model", str(args.model), "--texts-out", str(texts_out)]
-            li = popen_wait4(argv, env)
+            if li is None:
+                li = popen_wait4(li_argv, env)
             inner = json.loads(li.pop("stdout").strip().splitlines()[-1])
             li_texts = json.loads(texts_out.read_text())
             report["llamaindex"] = {
@@ -277,6 +322,22 @@ def main() -> None:
         sets = recall_drops(args.recall)
         report["recall"] = sets
         report["max_recall_drop"] = max(s["drop"] for s in sets.values())
+    if args.small_files:
+        small = json.loads(args.small_files.read_text())
+        case = next(v for k, v in small["cases"].items() if k.startswith("small-files"))
+        report["small_files"] = {
+            "report": str(args.small_files),
+            "documents": case["documents"],
+            "passages": case["passages"],
+            "passages_per_s": case["pipeline"]["passages_per_s"],
+            "measured_at": small["measured_at"],
+        }
+    report["goal"] = {
+        "ratio_wall_max": GOAL_RATIO,
+        "word_pieces_embedded_share": 1.0,
+        "max_recall_drop": 0.01,
+        "small_files_passages_per_s": 90,
+    }
     report["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -10,7 +10,9 @@ When neither works, dense retrieval is off and answers use BM25 alone; the loade
 per process, however many commands or components ask for the model (the demo asked 11 times).
 
 Embedding is the ingest cost to avoid, so vectors are cached by sha256(model, text): see
-`indexer.embedding_cache` (CachedEmbedder, re-exported here).
+`indexer.embedding_cache` (CachedEmbedder, re-exported here). fastembed finds and describes the model
+(files, pooling); the ONNX session is opened here, so that every word piece of a long passage is
+embedded (windows, `indexer.embed_windows`) and the threads do not spin while the machine is busy.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.embed_windows import Window, batches, padded, pool, windows_of
 from indexer.embedding_cache import CachedEmbedder as CachedEmbedder  # re-export
 from indexer.ports import Embedder, EmbeddingCache, Vectors
 from schemas.errors import (
@@ -35,6 +38,8 @@ from schemas.errors import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+QUANTISED = "#int8"
+"""The identity suffix of a model whose activations are quantised per run (ragsync.model_fetch variants)."""
 HUB_PROBE_TIMEOUT_S = 5.0
 
 
@@ -96,6 +101,7 @@ class FastEmbedder:
         cache_dir: Path | None = None,
         download: bool = False,
         query_prefix: str = "",
+        threads: int | None = None,
     ) -> None:
         from fastembed import TextEmbedding
 
@@ -113,7 +119,7 @@ class FastEmbedder:
             try:
                 with _quiet_fastembed():
                     self._model = TextEmbedding(
-                        model_name=model_name, specific_model_path=str(model_path), cache_dir=cache
+                        model_name=model_name, specific_model_path=str(model_path), cache_dir=cache, lazy_load=True
                     )
             except Exception as exc:  # fastembed raises bare Exceptions for unknown models and bad files
                 raise ModelUnavailable(f"fastembed could not load {model_name} from {model_path}: {exc}") from exc
@@ -121,9 +127,64 @@ class FastEmbedder:
         else:
             self._model = self._by_name(TextEmbedding, model_name, described, cache, download)
         self.model_name = model_identity(model_name, model_path)
-        self.batch_size = batch_size
+        self.batch_size = 1 if self.model_name.endswith(QUANTISED) else batch_size
+        """A dynamically quantised model (MiniLM int8) scales each run's activations by the whole batch,
+        so a text's vector would depend on the texts batched with it (up to 0.024 apart on the manual)
+        and differ from the same text embedded alone, as a question is: it runs one window at a time,
+        which costs it no more CPU (no padding at all; 19.5 s against 20.5 s for the manual's windows)."""
         self.query_prefix = query_prefix
+        self._open(threads)
         self.dim = int(self.embed(["probe"]).shape[1])
+
+    def _open(self, threads: int | None) -> None:
+        """The ONNX session with our options, and a tokenizer that cuts texts into the model's windows.
+
+        Threads: intra-op `threads` (None: one per core, ONNX Runtime's default); inter-op 1 (the graph
+        is a chain). Spinning is off: a waiting ONNX thread otherwise spins for a while after every
+        operator, CPU that a busy machine (two cores, other jobs) needs elsewhere; measured on the
+        manual's passages at load ~17, 25 s of CPU for the model instead of 31 s and the wall time
+        down as much. fastembed's internals used here (its model object's session, tokenizer,
+        input preprocessing and pooling) are pinned by fastembed<0.10 and checked now, not at the
+        first document."""
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        inner = getattr(self._model, "model", None)
+        needed: tuple[str, ...] = ("_model_dir", "model_description", "_ensure_tokenizer", "_preprocess_onnx_input")
+        needed += ("_run_model", "_post_process_onnx_output", "ONNX_OUTPUT_NAMES")
+        missing = [name for name in needed if not hasattr(inner, name)]
+        if missing:
+            raise ModelUnavailable(f"this fastembed's model object lacks {', '.join(missing)} (fastembed<0.10 needed)")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        description = inner.model_description  # type: ignore[union-attr]
+        if getattr(description, "additional_files", None):  # external weights: fastembed links them itself
+            inner.load_onnx_model()  # type: ignore[union-attr]
+        else:
+            onnx = Path(inner._model_dir) / description.model_file  # type: ignore[union-attr]
+            try:
+                inner.model = ort.InferenceSession(  # type: ignore[union-attr]
+                    str(onnx), sess_options=options, providers=["CPUExecutionProvider"]
+                )
+            except Exception as exc:  # onnxruntime raises its own bare exception types for bad files
+                raise ModelUnavailable(f"onnxruntime could not load {onnx}: {exc}") from exc
+        inner._ensure_tokenizer()  # type: ignore[union-attr]
+        self._inner: Any = inner
+        self._inputs = {node.name for node in inner.model.get_inputs()}  # type: ignore[union-attr]
+        loaded = inner.tokenizer  # type: ignore[union-attr]
+        length = int((loaded.truncation or {}).get("max_length", 512))
+        tokenizer = Tokenizer.from_str(loaded.to_str())
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=length, stride=0)
+        self._tokenizer = tokenizer
+        self._specials = len(tokenizer.encode("").ids)
+        self._pad_id = int((loaded.padding or {}).get("pad_id", 0))
+        self.window_pieces = length - self._specials
+        """Word pieces the model reads at once; longer texts are embedded as several windows."""
 
     def _by_name(self, text_embedding: Any, name: str, described: Any, cache: str | None, download: bool) -> Any:
         from fastembed.common.utils import define_cache_dir
@@ -131,7 +192,7 @@ class FastEmbedder:
         where = define_cache_dir(cache)
         try:
             with _quiet_fastembed():
-                model = text_embedding(model_name=name, cache_dir=cache, local_files_only=True)
+                model = text_embedding(model_name=name, cache_dir=cache, local_files_only=True, lazy_load=True)
             self.source = f"fastembed cache {where}"
             return model
         except Exception as exc:
@@ -145,22 +206,51 @@ class FastEmbedder:
             )
         log.warning("Downloading embedding model %s into %s (once; later runs use the cache)", name, where)
         try:
-            model = text_embedding(model_name=name, cache_dir=cache)
+            model = text_embedding(model_name=name, cache_dir=cache, lazy_load=True)
         except Exception as exc:
             raise ModelUnavailable(f"fastembed could not download {name} into {where}: {exc}") from exc
         self.source = f"downloaded into {where}"
         return model
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        """One unit vector per text, every word piece of it embedded (see indexer.embed_windows)."""
         if not texts:
             return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
-        # Sorting by length keeps each batch's padding small; order is restored below.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        rows = list(self._model.embed([texts[i] for i in order], batch_size=self.batch_size))
-        out = np.empty((len(texts), len(rows[0])), dtype=np.float32)
-        for position, index in enumerate(order):
-            out[index] = rows[position]
-        return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        windows = windows_of([[e.ids, *(o.ids for o in e.overflowing)] for e in encodings], self._specials)
+        done: list[Window] = []
+        rows: list[Vectors] = []
+        for batch in batches(windows, self.batch_size):
+            rows.append(self._run(batch))
+            done.extend(batch)
+        return pool(done, np.concatenate(rows), len(texts))
+
+    def window_sizes(self, texts: Sequence[str]) -> list[list[int]]:
+        """Word pieces of each window each text is embedded as (what the model sees of it, for bench/)."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        return [[len(w.ids) - self._specials for w in (e, *e.overflowing)] for e in encodings]
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text costs the model (its windows' tokens, special tokens included)."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        return [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings]
+
+    def _run(self, batch: Sequence[Window]) -> Vectors:
+        """One ONNX run over a batch of windows, pooled as fastembed pools this model (mean or [CLS])."""
+        from fastembed.common.onnx_model import OnnxOutputContext
+
+        ids, mask = padded(batch, self._pad_id)
+        feed: dict[str, Any] = {"input_ids": ids}
+        if "attention_mask" in self._inputs:
+            feed["attention_mask"] = mask
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        feed = self._inner._preprocess_onnx_input(feed)
+        output = self._inner._run_model(onnx_input=feed, onnx_output_names=self._inner.ONNX_OUTPUT_NAMES)
+        context = OnnxOutputContext(
+            model_output=output, attention_mask=feed.get("attention_mask", mask), input_ids=feed["input_ids"]
+        )
+        return np.asarray(list(self._inner._post_process_onnx_output(context)), dtype=np.float32)
 
     @property
     def cache(self) -> EmbeddingCache | None:
@@ -188,6 +278,7 @@ class ModelChoice:
     cache_dir: Path | None = None
     download: bool = True
     query_prefix: str = ""
+    threads: int | None = None
 
 
 _LOADED: dict[ModelChoice, FastEmbedder | None] = {}
@@ -201,20 +292,26 @@ def load_embedder(
     cache_dir: Path | None = None,
     download: bool = True,
     query_prefix: str = "",
+    threads: int | None = None,
 ) -> Embedder | None:
     """The model for this choice, loaded once per process; None (BM25 only) after one warning.
 
     One instance serves every caller in the process: an ONNX session is safe to share between
     threads, and loading it again per command would cost seconds and memory each time.
     """
-    choice = ModelChoice(model_name, model_path, cache_dir, download, query_prefix)
+    choice = ModelChoice(model_name, model_path, cache_dir, download, query_prefix, threads)
     with _LOADED_LOCK:
         if choice in _LOADED:
             return _LOADED[choice]
         embedder: FastEmbedder | None
         try:
             embedder = FastEmbedder(
-                model_path, model_name, cache_dir=cache_dir, download=download, query_prefix=query_prefix
+                model_path,
+                model_name,
+                cache_dir=cache_dir,
+                download=download,
+                query_prefix=query_prefix,
+                threads=threads,
             )
             log.info("embedding model %s from %s", model_name, embedder.source)
         except ModelUnavailable as exc:

@@ -181,6 +181,9 @@ class CachedEmbedder:
             scope.update(found)
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        return self._inner.token_counts(texts)
+
     def embed_query(self, text: str) -> Vectors:
         return self._questions.get(text, partial(self._inner.embed_query, text))
 

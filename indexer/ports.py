@@ -232,7 +232,12 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        """Unit-norm float32 rows, one per text."""
+        """Unit-norm float32 rows, one per text, every word piece of each text embedded (a text longer
+        than the model's window is embedded as several windows pooled into its one vector)."""
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """What each text costs the model, in tokens (any monotone measure will do, e.g. characters):
+        a batch is sorted by it, so the model's batches pad little."""
 
     def embed_query(self, text: str) -> Vectors: ...
 

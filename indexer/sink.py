@@ -153,9 +153,9 @@ class IndexSink:
 
         The model is several times faster on large, length-sorted batches than on one small batch
         per document, so a worker that holds a batch of upserts embeds them together and passes
-        each event's vectors to `apply`. Stale events are skipped. The texts are sorted by length
-        once and embedded a sub-batch at a time (what the model does inside one call anyway; with an
-        `interrupt`, as many as take about EMBED_CALL_BUDGET_S, see `sub_batch_size`);
+        each event's vectors to `apply`. Stale events are skipped. The texts are sorted by their
+        tokens once and embedded a sub-batch at a time (what the model does inside one call anyway;
+        with an `interrupt`, as many as take about EMBED_CALL_BUDGET_S, see `sub_batch_size`);
         between two calls `interrupt()` may answer True, and Preempted is raised: a worker uses it
         to apply a revocation that arrived meanwhile instead of waiting for the whole batch. What was
         embedded is not lost: the embedding cache keeps it for the retry.
@@ -176,7 +176,8 @@ class IndexSink:
             texts.extend(embedding_text(p) for p in passages)
         if not texts:
             return {}
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        cost = self.embedder.token_counts(texts)  # by tokens, not characters: code pads less (bench/README.md)
+        order = sorted(range(len(texts)), key=lambda i: cost[i])
         vectors = np.empty((len(texts), self.embedder.dim), dtype=np.float32)
         start = 0
         while start < len(order):

@@ -13,12 +13,10 @@ factories only: the adapters take plain arguments.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.extract import Extractor
@@ -42,9 +40,10 @@ from indexer.sink import IndexSink
 from query.ports import Model, ModelUnavailable, Reranker
 from query.retrieval import RetrievalSettings, Retriever
 from query.worker import QueryWorker, WorkerSettings
+from ragsync.home_model import EMBEDDING_MODEL_STAMP as EMBEDDING_MODEL_STAMP  # re-export
+from ragsync.home_model import stamp_home_model as stamp_home_model  # re-export
 from ragsync.settings import Settings
 from ragsync.tokens import token_verifier
-from schemas.errors import StoreUnavailable
 from streams.ports import EventLog
 from streams.tracking import Tracker
 
@@ -251,37 +250,6 @@ class Components:
         self.closers.clear()
 
 
-EMBEDDING_MODEL_STAMP = "embedding-model.json"
-
-
-def stamp_home_model(home: Path, model: str) -> None:
-    """Refuse a home whose vectors another embedding model made; stamp a home that has no stamp yet.
-
-    Vectors of two models (or of one model at two precisions, MiniLM and its int8 export) are not
-    comparable: a home whose model changed under it would rank questions embedded by one model against
-    passages embedded by the other, silently. So the first model to open a home stamps it, and any other
-    is refused with what to do, until the home is rebuilt.
-    """
-    stamp = home / EMBEDDING_MODEL_STAMP
-    try:
-        recorded = json.loads(stamp.read_text()).get("model")
-    except FileNotFoundError:
-        recorded = None
-    except (OSError, ValueError, AttributeError) as exc:
-        raise StoreUnavailable(f"{stamp} is unreadable ({exc}): restore it or rebuild the home") from exc
-    if recorded == model:
-        return
-    if recorded is not None:
-        raise StoreUnavailable(
-            f"the home {home} holds vectors of the embedding model {recorded!r}, not of the configured {model!r}:"
-            f" configure {recorded!r} again (embed_model_path / embed_model_name), or sync into a new home"
-        )
-    home.mkdir(parents=True, exist_ok=True)
-    partial = stamp.with_suffix(".partial")
-    partial.write_text(json.dumps({"model": model}) + "\n")
-    os.replace(partial, stamp)
-
-
 def field_weights(settings: Settings) -> FieldWeights:
     return FieldWeights(title=settings.bm25_title_weight, heading=settings.bm25_heading_weight)
 
@@ -294,6 +262,7 @@ def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | Non
         cache_dir=settings.embed_cache_dir,
         download=settings.embed_download,
         query_prefix=settings.embed_query_prefix,
+        threads=settings.embed_threads,
     )
     if inner is None:
         return None

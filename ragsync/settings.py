@@ -67,13 +67,19 @@ NOT_SETTINGS = frozenset(
 DEFAULT_EMBED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def default_model_path(name: str) -> Path | None:
-    """Where the model called `name` is found when no embed_model_path is set, in this order: the
-    folder `ragsync model fetch` lays a catalogue model out in by default (what an operator fetched
-    on purpose), then the offline MiniLM export shipped beside a checkout (the default model only);
-    None: by name, through fastembed."""
+def default_model_path(name: str, home: Path | None = None, profile: str = "embedded") -> Path | None:
+    """Where the model called `name` is found when no embed_model_path is set, in this order: for
+    MiniLM, the fetched int8 export when this home uses it (a new embedded home, or one stamped with
+    it: ragsync.home_model); the folder `ragsync model fetch` lays a catalogue model out in by
+    default (what an operator fetched on purpose), then the offline MiniLM export shipped beside a
+    checkout (the default model only); None: by name, through fastembed."""
+    from ragsync.home_model import default_variant_path
     from ragsync.model_fetch import fetched_model_path
 
+    if name == DEFAULT_EMBED_MODEL and home is not None:
+        variant = default_variant_path(home, profile)
+        if variant is not None:
+            return variant
     fetched = fetched_model_path(name)
     if fetched is not None or name != DEFAULT_EMBED_MODEL:
         return fetched
@@ -269,6 +275,8 @@ class Settings(BaseSettings):
     embed_model_name: str = DEFAULT_EMBED_MODEL
     embed_cache_dir: Path | None = None  # None: fastembed's own (FASTEMBED_CACHE_PATH, else <tmp>/fastembed_cache)
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
+    embed_threads: int | None = Field(default=None, ge=1)
+    """ONNX Runtime's intra-op threads for the embedding model; None: one per core (its default)."""
     embed_query_prefix: str = ""
     """Put before every question (never before a passage) when it is embedded: the instruction some
     models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""
@@ -371,7 +379,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _find_model(self) -> Settings:
         if "embed_model_path" not in self.model_fields_set:  # set (even to nothing) is always as set
-            self.embed_model_path = default_model_path(self.embed_model_name)
+            self.embed_model_path = default_model_path(self.embed_model_name, self.home, self.profile)
         return self
 
     @model_validator(mode="after")

@@ -88,12 +88,12 @@ def test_the_embedded_profile_stamps_its_home_and_refuses_the_int8_variant_there
         forget_loaded_models()
 
 
-def test_a_fetched_int8_model_is_never_taken_for_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both entries share fastembed's name; with nothing set, only the full-precision folder is looked for."""
+@pytest.fixture
+def fetched_int8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The int8 catalogue entry fetched into its default folder under a fresh $HOME, nothing set."""
     import os
 
     from ragsync.model_fetch import default_dir
-    from ragsync.settings import load_settings
 
     for name in [n for n in os.environ if n.startswith("RAGSYNC_")]:
         monkeypatch.delenv(name)
@@ -107,7 +107,57 @@ def test_a_fetched_int8_model_is_never_taken_for_the_default(tmp_path: Path, mon
     registry = Registry(tmp_path / "maven")
     try:
         registry.publish(q, jar)
-        dest = fetch(q, default_dir(q.key), repository=registry.url)
+        return fetch(q, default_dir(q.key), repository=registry.url)
     finally:
         registry.server.shutdown()
-    assert load_settings(home=tmp_path / "home").embed_model_path != dest
+
+
+def test_a_new_embedded_home_gets_the_fetched_int8_default_and_a_full_precision_home_keeps_its_model(
+    tmp_path: Path, fetched_int8: Path
+) -> None:
+    """Changing the default never mixes vectors of two models in one home: a home stamped with the
+    full-precision MiniLM (or holding vectors from before stamps) is given the full-precision model
+    with nothing set, a new home the int8 one, and each opens with the model it is stamped with."""
+    from ragsync.settings import load_settings
+
+    new = tmp_path / "new-home"
+    assert load_settings(home=new).embed_model_path == fetched_int8
+    stamped = tmp_path / "stamped-home"
+    stamp_home_model(stamped, "sentence-transformers/all-MiniLM-L6-v2")
+    assert load_settings(home=stamped).embed_model_path != fetched_int8
+    old = tmp_path / "pre-stamp-home"
+    (old / "vectors").mkdir(parents=True)  # vectors, no stamp: made by the previous default
+    assert load_settings(home=old).embed_model_path != fetched_int8
+    with pytest.raises(StoreUnavailable, match=r"all-MiniLM-L6-v2'.*re-embed into a new home"):
+        stamp_home_model(old, "sentence-transformers/all-MiniLM-L6-v2#int8")
+    assert load_settings(home=new, profile="cluster").embed_model_path != fetched_int8  # no stamp there
+
+    forget_loaded_models()
+    try:
+        opened = EmbeddedAdapters(load_settings(home=new)).embedder()  # nothing set: the int8 default
+        assert opened is not None and opened.model_name.endswith("#int8")
+        assert json.loads((new / EMBEDDING_MODEL_STAMP).read_text())["model"].endswith("#int8")
+        kept = EmbeddedAdapters(load_settings(home=stamped, embed_model_path=MODEL_PATH)).embedder()
+        assert kept is not None and kept.model_name == "sentence-transformers/all-MiniLM-L6-v2"
+    finally:
+        forget_loaded_models()
+
+
+def test_a_home_stamped_int8_without_the_int8_model_is_refused_naming_the_fetch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stamped model is missing: the home is refused in one line that says how to get it back."""
+    from ragsync.settings import load_settings
+
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # nothing fetched there
+    home = tmp_path / "home"
+    stamp_home_model(home, "sentence-transformers/all-MiniLM-L6-v2#int8")
+    settings = load_settings(home=home, embed_model_path=MODEL_PATH)
+    forget_loaded_models()
+    try:
+        with pytest.raises(StoreUnavailable) as refused:
+            EmbeddedAdapters(settings).embedder()
+    finally:
+        forget_loaded_models()
+    message = str(refused.value)
+    assert "\n" not in message and "ragsync model fetch all-minilm-l6-v2-q" in message

@@ -336,6 +336,9 @@ def test_worker_embeds_a_batch_of_upserts_in_one_call(tmp_path: Path, embedder: 
         def embed_query(self, text: str) -> Any:
             return embedder.embed_query(text)
 
+        def token_counts(self, texts: Any) -> Any:
+            return embedder.token_counts(texts)
+
     sink = IndexSink(
         SqliteLexicalIndex(tmp_path / "l.db"),
         EdgeVectorIndex(tmp_path / "v", embedder.dim),

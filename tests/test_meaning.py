@@ -93,6 +93,9 @@ def test_the_reranker_reads_the_vector_the_sink_stored_and_embeds_no_passage_aga
         def embed_query(self, text: str) -> Any:
             return embedder.embed_query(text)
 
+        def token_counts(self, texts: Any) -> Any:
+            return embedder.token_counts(texts)
+
     counting = Counting()
     cached = CachedEmbedder(counting, tmp_path / "embeddings.db")
     lexical = SqliteLexicalIndex(tmp_path / "lexical.db")

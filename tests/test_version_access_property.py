@@ -145,6 +145,10 @@ class HashEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """The port's cost measure; characters will do for a stand-in."""
+        return [len(t) for t in texts]
+
     def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
         """Holds no cache: nothing to forget (the port's answer without one)."""
         return 0, []

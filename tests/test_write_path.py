@@ -74,6 +74,10 @@ class FakeEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed([text])[0]  # type: ignore[no-any-return]
 
+    def token_counts(self, texts: Any) -> list[int]:
+        """The port's cost measure; characters will do for a stand-in."""
+        return [len(t) for t in texts]
+
     def forget(self, texts: Any) -> tuple[int, list[bytes]]:
         """Holds no cache: nothing to forget (the port's answer without one)."""
         return 0, []

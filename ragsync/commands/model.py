@@ -80,8 +80,15 @@ def fetch(name: str, directory: Path | None, repository: str | None) -> None:
             sys.exit(EXIT_FAILED)
         note(f"{chosen.key} laid out at {dest} (sha256 checked)")
     if chosen.variant:
-        # Same fastembed name as the full-precision model: only embed_model_path selects it.
-        note(f"ragsync uses it only with embed_model_path set to {dest} (a {chosen.variant} variant)")
+        from ragsync.home_model import DEFAULT_INT8_KEY
+
+        if chosen.key == DEFAULT_INT8_KEY and dest == default_dir(chosen.key).absolute():
+            note(
+                "new homes of the embedded profile use it with nothing set (the default); a home built with"
+                " the full-precision model keeps that one (ragsync.home_model)"
+            )
+        else:  # same fastembed name as the full-precision model: only embed_model_path selects it
+            note(f"ragsync uses it only with embed_model_path set to {dest} (a {chosen.variant} variant)")
     elif dest == default_dir(chosen.key).absolute():
         if chosen.fastembed_name == DEFAULT_EMBED_MODEL:
             note("ragsync finds it there with nothing set (it is the default model)")
