@@ -92,7 +92,11 @@ def score_set(
                 turn = capture.turns[0]
                 by_id = {ev.passage_id: ev for ev in turn.evidence}
                 ranked = probe.candidates(turn.question, turn.evidence)
-                good = [] if probe.unmentioned_names(turn.question, turn.evidence) else probe._good(ranked)
+                good = (
+                    []
+                    if probe.unmentioned_names(turn.question, turn.evidence)
+                    else probe._good(turn.question, ranked, turn.evidence)
+                )
                 if good:
                     score = good[0].score
                     grounded = any(

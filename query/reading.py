@@ -22,6 +22,7 @@ Three habits of a person answering from documents, which a word-matching model l
 
 from __future__ import annotations
 
+import math
 import re
 
 from query.sentences import content_terms, stem
@@ -162,3 +163,65 @@ def answer_kinds_met(asked: dict[str, set[str]], sentence: str) -> set[str]:
         if KIND_VALUES[kind].search(sentence):
             met |= words
     return met
+
+
+def term_weights(wanted: set[str], passages: list[set[str]]) -> dict[str, float]:
+    """How much each of the question's content terms says, read against the evidence it came with.
+
+    A careful reader knows which words of a question carry it: a word every passage of the evidence
+    holds ("sqlite" over SQLite's manual) is what the search already matched on, a word none of them
+    holds (numpy, goto, megabytes) is what the question is about and the evidence lacks. The weight is
+    an inverse document frequency over the evidence passages only, so it needs no corpus statistics
+    and means the same on any manual: ln((n + 1) / (df + 0.5)).
+    """
+    n = len(passages)
+    return {t: math.log((n + 1) / (sum(1 for p in passages if t in p) + 0.5)) for t in wanted}
+
+
+def focus_coverage(weights: dict[str, float], covered: set[str]) -> float:
+    """The share of the question's weight (term_weights) that a sentence covers, 0..1.
+
+    Plain coverage counts "use" as much as "numpy"; this counts what the question is about. A sentence
+    that covers only the words every passage shares, and none of those that set the question apart,
+    is related to the question, not an answer to it.
+    """
+    total = sum(weights.values())
+    return sum(w for t, w in weights.items() if t in covered) / total if total > 0 else 0.0
+
+
+_CAPITALISED = re.compile(r"(?<![\w-])[A-Z][a-z]+[A-Za-z0-9]*")
+NAME_SUBJECT_SHARE = 0.5
+"""A name at least this share of the evidence passages mention is what the documents are about (SQLite
+in SQLite's manual): a sentence need not repeat it. A design constant (a majority), not tuned."""
+
+
+def capitalised_words(question: str) -> list[str]:
+    """Single capitalised words inside a sentence of the question (Unix, Alice, Apache), not the word
+    that starts a sentence, where the capital is grammar."""
+    lead = len(question) - len(question.lstrip())
+    found = []
+    for match in _CAPITALISED.finditer(question):
+        before = question[: match.start()].rstrip()
+        if match.start() != lead and not before.endswith((".", "?", "!", ":")):
+            found.append(match.group())
+    return list(dict.fromkeys(found))
+
+
+def names_unsupported(names: list[str], cited: str, passages: list[str]) -> list[str]:
+    """The names the cited passage does not mention, among those fewer than NAME_SUBJECT_SHARE of the
+    evidence passages mention (all texts case-folded by the caller).
+
+    "Which locking mechanism does SQLite use on Unix?" is not answered by "SQLite uses reader/writer
+    locks" from a passage that never says Unix, even when another passage of the evidence does: the
+    name says which case the question is about, and the quote must be about that case. A name most
+    passages mention is the documents' subject and needs no repeating.
+    """
+    missing = []
+    for name in names:
+        key = name.casefold()
+        if key in cited:
+            continue
+        if passages and sum(1 for p in passages if key in p) / len(passages) >= NAME_SUBJECT_SHARE:
+            continue
+        missing.append(name)
+    return missing

@@ -26,8 +26,10 @@ LIMITS = Limits(
     bm25_recall_at_10=0.85,  # measured 0.875
     dense_recall_at_10=0.85,  # measured 0.867
     fused_mrr=0.69,  # measured 0.708
-    answer_rate=0.65,  # measured 0.672 (43/64)
-    grounded_rate=0.51,  # measured 0.531 (34/64): the extractive model still answers no paraphrase
+    # Answers re-measured with the answer rule chosen leave one set out (min_score 1.9 and the name rule:
+    # bench/answer_rule.py): answered 0.672 -> 0.719, grounded 0.547 -> 0.609.
+    answer_rate=0.70,  # measured 0.719 (46/64)
+    grounded_rate=0.59,  # measured 0.609 (39/64): the extractive model still answers no paraphrase
     abstain_rate=1.0,  # measured 15/15
 )
 

@@ -16,7 +16,7 @@ from indexer.qdrant_edge import EdgeVectorIndex
 from indexer.sink import embedding_text
 from indexer.sqlite_fts import SqliteLexicalIndex
 from query.citations import check_claims
-from query.extractive import ExtractiveModel
+from query.extractive import ExtractiveModel, choose
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, RerankInput
 from query.rerank import SentenceReranker, coverage, term_weights
 from query.retrieval import RetrievalSettings, Retriever
@@ -202,7 +202,7 @@ def test_a_name_no_passage_mentions_means_abstain_whatever_the_score(embedder: A
     unmentioned = "What does yytables_fload return on success?"
     assert model.unmentioned_names(unmentioned, evidence) == ["yytables_fload"]
     lenient = ExtractiveModel(embedder, min_score=0.0)  # by score alone, it would quote the yylex_init sentence
-    assert lenient._good(lenient.candidates(unmentioned, evidence))
+    assert choose(lenient.candidates(unmentioned, evidence), lenient.min_meaning, 0.0, 0.0)
     call = lenient.decide(ModelTurn(unmentioned, evidence, (TOOL_SUBMIT,)))
     assert call.input == {"abstain": True, "reason": "no passage answers the question"}
 

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""The extractive model's answer rule chosen leave one set out (issue 23 items 2 and 4).
+
+The rule (query.extractive.answer) answers with the best sentence when it is close enough in meaning
+(`min_meaning`), scores well enough (`min_score`) and covers enough of what the question is about
+(`min_focus`: the share of the question's evidence-idf weight the sentence and its heading cover,
+query.reading.focus_coverage), and when the best sentence's passage mentions every name the question
+gives that is not the documents' subject (query.reading.names_unsupported: a design rule, not tuned).
+For each set the three constants are chosen on the other sets: the
+choice maximises the training sets' mean single-search grounded rate among the choices under which
+every training abstain question (unanswerable or denied) abstains; ties go to the stricter choice
+(higher focus, then meaning, then score). It is reported on the set left out ("held out"), beside
+the choice made on all sets ("tuned") and the configured rule ("before": min_score 2.07, no focus).
+
+The replay reads each question's recorded first turn (bench/answer_turns.py: the evidence of one
+permission-filtered search and the model's own ranked candidates), so answer() is the model's code.
+`--final` then runs `ragsync eval`'s harness (the loop of up to 3 searches, the four citation checks,
+permissions and leaks) per set under the held-out and the tuned choice.
+
+    python3 bench/answer_rule.py --variant ci [--final]   # -> bench/results/answer-rule-ci.json
+
+Needs each set's home (eval/<set>/run.sh [--ci]); turns are cached in eval/<set>/build/<variant>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from answer_turns import Turn, load_or_collect  # noqa: E402
+from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
+
+from query.extractive import ExtractiveModel, answer, choose  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True, order=True)
+class Rule:
+    min_focus: float = 0.0
+    min_meaning: float = 0.4
+    min_score: float = 1.9
+    names: bool = True  # the cited passage must mention the question's names (query.extractive.answer)
+
+    def label(self) -> str:
+        named = "" if self.names else ",no name rule"
+        return f"focus>={self.min_focus},meaning>={self.min_meaning},score>={self.min_score}{named}"
+
+
+BEFORE = Rule(min_score=2.07, names=False)
+"""The model as it was: min_score 2.07, no focus gate, no name rule."""
+GRID = {
+    "min_focus": (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5),
+    "min_meaning": (0.3, 0.35, 0.4, 0.45, 0.5),
+    "min_score": (1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.07, 2.2),
+}
+
+
+def grid(names: tuple[bool, ...] = (True,)) -> list[Rule]:
+    """The name rule is a design rule, always on; `names=(True, False)` lets the protocol drop it."""
+    return [Rule(*values, names=named) for named in names for values in itertools.product(*GRID.values())]
+
+
+@dataclass(frozen=True)
+class Figures:
+    answerable: int
+    grounded: int
+    answered: int  # answerable questions answered (grounded or not)
+    abstain: int
+    abstained: int
+    answered_abstain: tuple[str, ...]  # the abstain questions answered: they must be none
+
+    @property
+    def grounded_rate(self) -> float:
+        return self.grounded / self.answerable if self.answerable else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "grounded_single": round(self.grounded_rate, 4),
+            "answered_single": round(self.answered / self.answerable, 4) if self.answerable else 0.0,
+            "abstained": f"{self.abstained}/{self.abstain}",
+            "answered_abstain_questions": list(self.answered_abstain),
+        }
+
+
+def figures(turns: Sequence[Turn], rule: Rule, by_type: bool = False) -> Figures:
+    grounded = answered = abstained = 0
+    wrong: list[str] = []
+    answerable = [t for t in turns if not t.abstain]
+    for t in turns:
+        if t.read_as is None:
+            cited = []
+        elif rule.names:
+            cited = answer(t.read_as, t.candidates, t.evidence, rule.min_meaning, rule.min_score, rule.min_focus)
+        else:
+            cited = choose(t.candidates, rule.min_meaning, rule.min_score, rule.min_focus)
+        if t.abstain:
+            if cited:
+                wrong.append(t.id)
+            else:
+                abstained += 1
+            continue
+        if cited:
+            answered += 1
+            gold = {s.passage_id for s in t.sentences if s.gold_passage}
+            grounded += any(c.evidence.passage_id in gold for c in cited)
+    return Figures(len(answerable), grounded, answered, len(turns) - len(answerable), abstained, tuple(wrong))
+
+
+def select(figs: Mapping[str, Mapping[Rule, Figures]], sets: Sequence[str], rules: Sequence[Rule]) -> Rule:
+    """Every training abstain question abstains; then the best mean grounded rate; ties: stricter."""
+    safe = [r for r in rules if all(figs[s][r].abstained == figs[s][r].abstain for s in sets)]
+    if not safe:
+        raise SystemExit(f"no rule abstains on every abstain question of {sets}")
+    return max(safe, key=lambda r: (round(sum(figs[s][r].grounded_rate for s in sets) / len(sets), 6), r))
+
+
+def by_type(turns: Sequence[Turn], rule: Rule) -> dict[str, Any]:
+    types = sorted({t.type for t in turns if not t.abstain})
+    return {ty: figures([t for t in turns if t.type == ty], rule).as_dict() for ty in types}
+
+
+def protocol(turns: Mapping[str, Sequence[Turn]], rules: Sequence[Rule]) -> dict[str, Any]:
+    sets = list(turns)
+    figs = {s: {r: figures(turns[s], r) for r in {*rules, BEFORE}} for s in sets}
+    tuned = select(figs, sets, rules)
+    out: dict[str, Any] = {"tuned_on_all": tuned.label(), "tuned": tuned, "sets": {}}
+    for s in sets:
+        held = select(figs, [o for o in sets if o != s], rules) if len(sets) > 1 else tuned
+        out["sets"][s] = {
+            "held_out_rule": held.label(),
+            "held_out_choice": held,
+            "held_out": figs[s][held].as_dict(),
+            "tuned": figs[s][tuned].as_dict(),
+            "before": figs[s][BEFORE].as_dict(),
+            "held_out_by_type": by_type(turns[s], held),
+            "before_by_type": by_type(turns[s], BEFORE),
+        }
+    return out
+
+
+def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping[str, Mapping[str, Rule]]) -> Any:
+    """`ragsync eval`'s harness per set under each role's rule (the configured retriever)."""
+    from ranking import summary
+
+    from ragsync.evaluation import EvalContext, Gates, load_questions, run_eval
+    from ragsync.settings import Settings
+    from ragsync.wiring import build_embedded
+
+    out: dict[str, Any] = {}
+    for s in sets:
+        base, home = set_paths(s, variant, homes)
+        questions = load_questions(base / "questions.jsonl")
+        settings = Settings(home=home, embed_model_path=embed_model_path(), session_secret="answer-rule-" + "x" * 20)
+        components = build_embedded(settings)
+        try:
+            ctx = EvalContext.from_components(components)
+            assert isinstance(ctx.model, ExtractiveModel)
+            runs: dict[Rule, dict[str, Any]] = {}
+            out[s] = {}
+            for role, rule in chosen[s].items():
+                if rule not in runs:
+                    model = ExtractiveModel(
+                        ctx.model.embedder,
+                        min_meaning=rule.min_meaning,
+                        min_score=rule.min_score,
+                        min_focus=rule.min_focus,
+                        name_rule=rule.names,
+                    )
+                    from dataclasses import replace
+
+                    report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
+                    runs[rule] = summary(report, [0.0]) | {
+                        "by_type": {
+                            t: {
+                                "n": v.get("n"),
+                                "fused": v["retrieval"]["fused"].get("recall@10"),
+                                "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
+                                "grounded_single": v.get("single", {}).get("grounded_answer_rate"),
+                            }
+                            for t, v in report["by_type"].items()
+                            if "retrieval" in v
+                        },
+                        "abstain_rate": report["overall"]["loop"]["abstain_rate"],
+                    }
+                    for k in ("rank_ms_p50", "rank_ms_p95"):
+                        runs[rule].pop(k, None)
+                out[s][role] = {"rule": rule.label(), **runs[rule]}
+                print(f"{s} {role}: {json.dumps(out[s][role]['loop'])}", file=sys.stderr)
+        finally:
+            components.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
+    parser.add_argument("--variant", choices=("full", "ci"), default="full")
+    parser.add_argument("--refresh", action="store_true", help="record the turns again")
+    parser.add_argument("--final", action="store_true", help="then run the full evaluation under each choice")
+    parser.add_argument("--final-roles", nargs="+", choices=("held_out", "tuned", "before"), default=["held_out"])
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-rule[-ci].json")
+    add_homes_option(parser)
+    args = parser.parse_args()
+    started, load_start = time.perf_counter(), os.getloadavg()
+    turns = {}
+    for s in args.sets:
+        base, home = set_paths(s, args.variant, args.homes)
+        turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
+    rules = grid()
+    proto = protocol(turns, rules)
+    # Levers: the same protocol with one constant held at its configured value.
+    levers = {}
+    for name in ("min_focus", "min_meaning", "min_score", "names"):
+        pool = grid((False,)) if name == "names" else rules
+        sub = [r for r in pool if getattr(r, name) == getattr(BEFORE, name)]
+        p = protocol(turns, sub)
+        levers[f"without {name} (held at {getattr(BEFORE, name)})"] = {
+            s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in p["sets"].items()
+        }
+    free = protocol(turns, grid((True, False)))
+    levers["the protocol free to drop the name rule"] = {
+        s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in free["sets"].items()
+    }
+    report: dict[str, Any] = {
+        "benchmark": "the extractive model's answer rule chosen leave one set out (single search replay)",
+        "variant": args.variant,
+        "selection": "every training abstain question abstains; max mean single-search grounded rate; "
+        "ties: the stricter rule (higher focus, meaning, score)",
+        "grid": {k: list(v) for k, v in GRID.items()},
+        "before": BEFORE.label(),
+        "tuned_on_all": proto["tuned_on_all"],
+        "sets": {s: {k: v for k, v in d.items() if k != "held_out_choice"} for s, d in proto["sets"].items()},
+        "held_out_without_each_constant": levers,
+    }
+    if args.final:
+        roles = {"held_out": lambda s: proto["sets"][s]["held_out_choice"], "tuned": lambda s: proto["tuned"]}
+        roles["before"] = lambda s: BEFORE
+        chosen = {s: {role: roles[role](s) for role in args.final_roles} for s in args.sets}
+        report["final"] = final(args.variant, args.sets, args.homes, chosen)
+    report["loadavg_start"] = load_start
+    report["loadavg_end"] = os.getloadavg()
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    out = args.out or RESULTS / f"answer-rule{'-ci' if args.variant == 'ci' else ''}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    for s, v in report["sets"].items():
+        print(
+            f"{s:16s} held out {v['held_out_rule']:40s} {v['held_out']} | tuned {v['tuned']['grounded_single']}"
+            f" | before {v['before']['grounded_single']} {v['before']['abstained']}"
+        )
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
