@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from query.sentences import content_terms, stem
 
@@ -165,7 +167,7 @@ def answer_kinds_met(asked: dict[str, set[str]], sentence: str) -> set[str]:
     return met
 
 
-def term_weights(wanted: set[str], passages: list[set[str]]) -> dict[str, float]:
+def term_weights(wanted: AbstractSet[str], passages: Sequence[AbstractSet[str]]) -> dict[str, float]:
     """How much each of the question's content terms says, read against the evidence it came with.
 
     A careful reader knows which words of a question carry it: a word every passage of the evidence
@@ -178,7 +180,7 @@ def term_weights(wanted: set[str], passages: list[set[str]]) -> dict[str, float]
     return {t: math.log((n + 1) / (sum(1 for p in passages if t in p) + 0.5)) for t in wanted}
 
 
-def focus_coverage(weights: dict[str, float], covered: set[str]) -> float:
+def focus_coverage(weights: dict[str, float], covered: AbstractSet[str]) -> float:
     """The share of the question's weight (term_weights) that a sentence covers, 0..1.
 
     Plain coverage counts "use" as much as "numpy"; this counts what the question is about. A sentence
