@@ -165,6 +165,12 @@ def _sqlite_lexical(tmp: Path) -> Any:
     return SqliteLexicalIndex(tmp / "lexical.db")
 
 
+def _tantivy_lexical(tmp: Path) -> Any:
+    from indexer.tantivy_lexical import TantivyLexicalIndex
+
+    return TantivyLexicalIndex(tmp / "lexical.db")
+
+
 def _elastic_lexical(tmp: Path) -> Any:
     require_service("elasticsearch")
     from indexer.elastic import ElasticLexicalIndex
@@ -174,6 +180,7 @@ def _elastic_lexical(tmp: Path) -> Any:
 
 LEXICAL_FACTORIES: dict[str, Callable[[Path], Any]] = {
     "sqlite-fts5": _sqlite_lexical,
+    "sqlite-tantivy": _tantivy_lexical,
     "elasticsearch": _elastic_lexical,
 }
 
