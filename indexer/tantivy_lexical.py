@@ -36,7 +36,7 @@ from indexer.fts_acl import Candidate
 from indexer.ports import DEFAULT_FIELD_WEIGHTS, DEFAULT_LEXICAL_ANALYZER, FieldWeights, LexicalAnalyzer
 from indexer.sqlite_fts import SqliteLexicalIndex
 from indexer.sqlite_fts_schema import side_index_dir
-from indexer.tantivy_side import SideIndex, document, drop_other_generations, side_dir
+from indexer.tantivy_side import SideIndex, document, drop_other_generations, side_dir, tenant_key
 from schemas.principal import AccessFilter
 from schemas.text import query_terms
 
@@ -132,9 +132,21 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
         return side.stamp == row[1]
 
     def _drop_stale_generations(self, tenant: str) -> None:
-        row = self._row(tenant)
-        keep = side_dir(self._root, tenant, self.analyzer, row[0]) if row and row[2] == self.analyzer else None
-        drop_other_generations(self._root, tenant, keep)
+        """Directories of the tenant SQLite does not name current, removed under SQLite's write lock
+        (taken here unless the caller's write transaction holds it): a writer's rebuild in progress
+        is a directory SQLite does not name yet, and must not be taken from under it."""
+        if len(list(self._root.glob(f"{tenant_key(tenant)}-*"))) <= 1:
+            return
+        own = not self._conn.in_transaction
+        if own:
+            self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._row(tenant)
+            keep = side_dir(self._root, tenant, self.analyzer, row[0]) if row and row[2] == self.analyzer else None
+            drop_other_generations(self._root, tenant, keep)
+        finally:
+            if own:
+                self._conn.execute("COMMIT")
 
     def _rebuild(self, tenant: str) -> None:
         """The tenant's index written anew from SQLite as the next generation, inside the caller's
