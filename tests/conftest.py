@@ -23,6 +23,17 @@ import pytest
 from schemas.passages import Passage, make_passage_id
 
 MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
+
+
+def _embedded_lexical_name() -> str:
+    from ragsync.settings import Settings
+
+    engine = os.environ.get("RAGSYNC_LEXICAL_ENGINE") or Settings.model_fields["lexical_engine"].default
+    return "sqlite-tantivy" if engine == "tantivy" else "sqlite-fts5"
+
+
+EMBEDDED_LEXICAL = _embedded_lexical_name()
+"""The embedded profile's lexical store as audit records and reports name it (lexical_engine)."""
 if not (MODEL_PATH / "model.onnx").is_file():
     MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
 
