@@ -166,34 +166,47 @@ class Queries:
         return Workload(n, [], np.zeros((0, DIM), dtype=np.float32), self.texts, self.qvecs)
 
 
+def _tree_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20 if path.exists() else 0.0
+
+
 def load_embedded(
-    home: Path, n: int, q: Queries, rng: np.random.Generator, dense: bool
-) -> tuple[Any, Any, dict[str, Any]]:
+    home: Path, n: int, q: Queries, rng: np.random.Generator, dense: bool, engines: list[str]
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """Every engine's store (each in its own file) and one vector index, loaded from the same batches."""
     from indexer.qdrant_edge import EdgeVectorIndex
     from indexer.sqlite_fts import SqliteLexicalIndex
+    from indexer.tantivy_lexical import TantivyLexicalIndex
 
-    lexical = SqliteLexicalIndex(home / "lexical.db")
+    kinds = {"fts5": SqliteLexicalIndex, "tantivy": TantivyLexicalIndex}
+    stores: dict[str, Any] = {e: kinds[e](home / f"lexical-{e}.db") for e in engines}
     vector = EdgeVectorIndex(home / "vectors", DIM) if dense else None
-    t: dict[str, Any] = {"load_lexical_s": 0.0, "load_vector_s": 0.0}
+    t: dict[str, Any] = {f"load_lexical_{e}_s": 0.0 for e in engines} | {"load_vector_s": 0.0}
     for start, passages, vectors in batches(n, rng):
         q.see(start, passages, vectors)
-        began = time.perf_counter()
-        lexical.upsert(passages)  # one transaction per batch
-        t["load_lexical_s"] += time.perf_counter() - began
+        for engine, lexical in stores.items():
+            began = time.perf_counter()
+            lexical.upsert(passages)  # one transaction per batch (and one Tantivy commit)
+            t[f"load_lexical_{engine}_s"] += time.perf_counter() - began
         if vector is not None:
             began = time.perf_counter()
             vector.upsert(passages, vectors)
             t["load_vector_s"] += time.perf_counter() - began
-    began = time.perf_counter()
-    for (fts,) in lexical._conn.execute("SELECT name FROM fts_tables").fetchall():
-        lexical._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
-    t["fts_optimize_s"] = time.perf_counter() - began
+    if "fts5" in stores:
+        began = time.perf_counter()
+        for (fts,) in stores["fts5"]._conn.execute("SELECT name FROM fts_tables").fetchall():
+            stores["fts5"]._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
+        t["fts_optimize_s"] = time.perf_counter() - began
     if vector is not None:
         began = time.perf_counter()
         vector.optimize()
         t["hnsw_optimize_s"] = time.perf_counter() - began
-    t["lexical_db_mb"] = (home / "lexical.db").stat().st_size / 2**20
-    return lexical, vector, t
+    for engine in engines:
+        t[f"lexical_{engine}_db_mb"] = (home / f"lexical-{engine}.db").stat().st_size / 2**20
+    if "tantivy" in stores:
+        t["tantivy_index_mb"] = _tree_mb(home / "lexical-tantivy.db.tantivy")
+        t["tantivy_segments"] = stores["tantivy"]._sides[TENANT].index.searcher().num_segments
+    return stores, vector, t
 
 
 def load_cluster(
@@ -239,6 +252,36 @@ def load_cluster(
     return lexical, vector, t
 
 
+def purge_cost(lexical: Any) -> float:
+    """Seconds of a purge after one deletion: Tantivy's rebuild of the tenant index from SQLite."""
+    lexical.delete_doc(TENANT, "doc0.md")
+    began = time.perf_counter()
+    details = lexical.purge()
+    spent = round(time.perf_counter() - began, 1)
+    print(f"  tantivy purge after one deletion: {spent} s {details}", file=sys.stderr)
+    return spent
+
+
+@contextlib.contextmanager
+def _locked(lock: Path | None) -> Iterator[dict[str, Any]]:
+    """The bench lock around the timed queries only, with the load averages when it was taken and left."""
+    import fcntl
+
+    timed: dict[str, Any] = {}
+    handle = lock.open("a") if lock else None
+    try:
+        if handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        timed["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]
+        timed["started"] = datetime.now(UTC).isoformat(timespec="seconds")
+        yield timed
+        timed["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        if handle:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+
 def measure_cpu(fn: Callable[[int], Any], n: int, warmup: int) -> tuple[list[float], list[float], float]:
     """Wall and this thread's CPU milliseconds per query: on a shared machine wall time includes the
     time other processes held the cores, CPU time (embedded: the whole query runs in this thread) does not."""
@@ -272,6 +315,7 @@ def measure_size(
         if vector is not None
         else None
     )
+    engine = extra.get("engine", "")
     as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
     rows = []
     for label, group in FILTERS:
@@ -292,6 +336,7 @@ def measure_size(
                 "passages": n,
                 "filter": label,
                 "ranker": ranker,
+                **({"engine": engine} if engine else {}),
                 "queries": queries,
                 "p50_ms": round(float(np.percentile(latencies, 50)), 2),
                 "p95_ms": round(float(np.percentile(latencies, 95)), 2),
@@ -302,7 +347,7 @@ def measure_size(
             }
             rows.append(row)
             print(
-                f"  {profile} {n} {label:>4} {ranker:6s} p50 {row['p50_ms']:8.2f} p95 {row['p95_ms']:8.2f} ms"
+                f"  {profile} {engine} {n} {label:>4} {ranker:6s} p50 {row['p50_ms']:8.2f} p95 {row['p95_ms']:8.2f} ms"
                 f" (cpu p50 {row['cpu_p50_ms']:.2f} p95 {row['cpu_p95_ms']:.2f})",
                 file=sys.stderr,
             )
@@ -312,12 +357,14 @@ def measure_size(
 def markdown(report: dict[str, Any]) -> str:
     """The table bench/README.md shows, from the results file (`--table`)."""
     lines = [
-        "| profile | passages | filter | ranker | wall p50 ms | wall p95 ms | CPU p50 ms | CPU p95 ms | returned |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|",
+        "| profile | engine | passages | filter | ranker | wall p50 ms | wall p95 ms | CPU p50 ms | CPU p95 ms"
+        " | returned |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         lines.append(
-            f"| {r['profile']} | {r['passages']:,} | {r['filter']} | {r['ranker']} | {r['p50_ms']:.2f} |"
+            f"| {r['profile']} | {r.get('engine', '')} | {r['passages']:,} | {r['filter']} | {r['ranker']} |"
+            f" {r['p50_ms']:.2f} |"
             f" {r['p95_ms']:.2f} | {r.get('cpu_p50_ms', '')} | {r.get('cpu_p95_ms', '')} | {r['mean_returned']:.0f} |"
         )
     return "\n".join(lines)
@@ -333,6 +380,10 @@ def main() -> None:
     parser.add_argument("--rankers", nargs="+", choices=RANKERS, default=list(RANKERS))
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--engines", nargs="+", choices=("fts5", "tantivy"), default=["fts5"], help="embedded lexical engines"
+    )
+    parser.add_argument("--lock", type=Path, help="hold this file's flock for the timed queries only (not the load)")
     parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
@@ -343,33 +394,54 @@ def main() -> None:
         parser.error("bm25-exists is the embedded store's former query")
     load_start = os.getloadavg()
     rows: list[dict[str, Any]] = []
+    timed_loads: list[dict[str, Any]] = []
     for n in args.sizes:
         rng = np.random.default_rng(args.seed)
         q = Queries(n, args.queries, rng)
         prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
         with tempfile.TemporaryDirectory(prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")) as tmp:
             if args.profile == "embedded":
-                lexical, vector, t = load_embedded(Path(tmp), n, q, rng, dense)
+                stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
             else:
                 lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
+                stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
             print(f"{args.profile} {n}: {json.dumps({k: round(v, 1) for k, v in t.items()})}", file=sys.stderr)
             try:
-                extra = t | ({"build": args.label} if args.label else {})
-                rows += measure_size(args.profile, n, lexical, vector, q.workload(n), args.rankers, args.queries, extra)
+                with _locked(args.lock) as timed:
+                    for i, (engine, lexical) in enumerate(stores.items()):
+                        extra = (
+                            t | ({"build": args.label} if args.label else {}) | ({"engine": engine} if engine else {})
+                        )
+                        # dense does not depend on the lexical engine (measured once); bm25-exists is FTS5's query
+                        rankers = [
+                            r
+                            for r in args.rankers
+                            if not (r == "dense" and i > 0) and not (r == "bm25-exists" and engine == "tantivy")
+                        ]
+                        rows += measure_size(
+                            args.profile, n, lexical, vector, q.workload(n), rankers, args.queries, extra
+                        )
+                    timed_loads.append(timed)
+                if "tantivy" in stores:  # after the timed part: what a deletion's purge costs at this size
+                    purge_s = purge_cost(stores["tantivy"])
+                    for row in rows:
+                        if row["passages"] == n and row.get("engine") == "tantivy":
+                            row["tantivy_purge_rebuild_s"] = purge_s
             finally:
-                if args.profile == "cluster":
-                    with contextlib.suppress(Exception):
-                        lexical.drop_all()
-                    if vector is not None:
+                for lexical in stores.values():
+                    if args.profile == "cluster":
+                        with contextlib.suppress(Exception):
+                            lexical.drop_all()
+                    lexical.close()
+                if vector is not None:
+                    if args.profile == "cluster":
                         with contextlib.suppress(Exception):
                             vector.drop_all()
-                lexical.close()
-                if vector is not None:
                     vector.close()
     load_end = os.getloadavg()
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {"rows": [], "runs": []}
-    key = ("profile", "passages", "filter", "ranker", "build")
+    key = ("profile", "passages", "filter", "ranker", "build", "engine")
     fresh = {tuple(r.get(k, "") for k in key) for r in rows}
     report["rows"] = [r for r in report["rows"] if tuple(r.get(k, "") for k in key) not in fresh] + rows
     report.setdefault("runs", []).append(
@@ -382,6 +454,8 @@ def main() -> None:
             "commit": _commit(),
             "loadavg_start": [round(x, 2) for x in load_start],
             "loadavg_end": [round(x, 2) for x in load_end],
+            "timed": timed_loads,
+            "engines": args.engines if args.profile == "embedded" else [],
             "cpus": os.cpu_count(),
         }
     )

@@ -19,7 +19,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -39,18 +39,20 @@ from indexer.ports import (
     FieldWeights,
     Hit,
     LexicalAnalyzer,
-    StoredPassage,
 )
+from indexer.sqlite_fts_reads import StoreReads
 from indexer.sqlite_fts_schema import (
-    ALWAYS_MS,
     TOKENIZERS,
     acl_rows,
     connect,
     create_fts,
+    drop_side_index,
     fts_row,
     migrate_grants,
     migrate_layout,
+    restore_fts,
     row_hit,
+    side_index_dir,
     since_json,
 )
 from schemas._time import to_epoch_ms
@@ -67,7 +69,7 @@ def _match_expression(query: str) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class SqliteLexicalIndex:
+class SqliteLexicalIndex(StoreReads):
     """`deferred=True` is the batched write path (the embedded worker): every write joins one
     transaction that `flush` commits, so a batch is one commit and FTS5 writes one segment per
     batch instead of one per document. Automatic merging is then off and `merge_step`, called
@@ -90,6 +92,7 @@ class SqliteLexicalIndex:
             raise ValueError(f"unknown lexical analyzer {analyzer!r} (one of {', '.join(TOKENIZERS)})")
         self.weights = weights
         self.analyzer: LexicalAnalyzer = analyzer
+        self.path = path
         self._conn = connect(path, deferred=deferred)
         self._lock = threading.RLock()
         self.deferred = deferred
@@ -98,6 +101,14 @@ class SqliteLexicalIndex:
         with self._lock:
             migrate_layout(self._conn, self.analyzer, lambda tenant: self._fts(tenant, create=True))
             migrate_grants(self._conn)
+        self._open_text_index()
+
+    def _open_text_index(self) -> None:
+        """The FTS5 tables are the text index: automatic merging set, and a side index another engine
+        left beside the file (indexer.tantivy_lexical) removed, since nothing keeps it current now."""
+        if side_index_dir(self.path).exists():  # tables first, then the side index: a crash between redoes both
+            restore_fts(self._conn, lambda tenant: self._fts(tenant, create=True))
+            drop_side_index(self.path)
         for (name,) in self._conn.execute("SELECT name FROM fts_tables").fetchall():
             self._known_fts.add(str(name))
             self._set_automerge(str(name))
@@ -120,6 +131,7 @@ class SqliteLexicalIndex:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield
+                    self._before_commit()
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")
@@ -140,9 +152,13 @@ class SqliteLexicalIndex:
     def flush(self) -> None:
         with self._lock:
             if self._conn.in_transaction:
+                self._before_commit()
                 self._conn.execute("COMMIT")
                 if self.deferred:
                     self._merge_pending.update(self._known_fts)
+
+    def _before_commit(self) -> None:
+        """Inside the write transaction, just before it commits: FTS5 needs nothing (it is in it)."""
 
     def merge_step(self, pages: int = 256) -> bool:
         """Merge some FTS5 segments (about `pages` pages of work); False once nothing is left to merge.
@@ -181,8 +197,7 @@ class SqliteLexicalIndex:
             return
         with self._writing():
             for p in passages:
-                fts = self._fts(p.tenant, create=True)
-                self._delete_rows(p.tenant, fts, "passage_id = ?", (p.passage_id,))
+                self._delete_rows(p.tenant, "passage_id = ?", (p.passage_id,))
                 cur = self._conn.execute(
                     "INSERT INTO passages(passage_id, tenant, doc_id, version, anchor, acl, acl_since, effective_ms,"
                     " superseded_ms, heading_path, title, text, source_url, chunker_version)"
@@ -204,34 +219,53 @@ class SqliteLexicalIndex:
                         p.chunker_version,
                     ),
                 )
-                rid = cur.lastrowid
+                rid = int(cur.lastrowid or 0)
                 self._conn.executemany(
                     "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", acl_rows(rid, p.acl, p.acl_since)
                 )
-                self._conn.execute(
-                    f"INSERT INTO {fts}(rowid, title, heading, text, principals) VALUES (?, ?, ?, ?, ?)",
-                    (rid, *fts_row(p)),
-                )
+                self._index_passage(rid, p)
 
-    def _delete_rows(self, tenant: str, fts: str | None, where: str, args: tuple[object, ...]) -> int:
-        rids = [
-            r[0] for r in self._conn.execute(f"SELECT rid FROM passages WHERE tenant = ? AND {where}", (tenant, *args))
-        ]
-        for rid in rids:
-            if fts:
+    def _index_passage(self, rid: int, p: Passage) -> None:
+        """A row just written to passages and passage_acl, into the text index (same transaction)."""
+        fts = self._fts(p.tenant, create=True)
+        self._conn.execute(
+            f"INSERT INTO {fts}(rowid, title, heading, text, principals) VALUES (?, ?, ?, ?, ?)", (rid, *fts_row(p))
+        )
+
+    def _unindex(self, tenant: str, rids: list[int]) -> None:
+        """Rows about to be deleted, out of the text index; the FTS5 index keeps their terms until its
+        segments are merged (this SQLite, 3.40, predates FTS5's secure-delete): `purge` merges, from a
+        durable queue."""
+        fts = self._fts(tenant, create=False)
+        if fts and rids:
+            for rid in rids:
                 self._conn.execute(f"DELETE FROM {fts} WHERE rowid = ?", (rid,))
+            self._conn.execute("INSERT OR IGNORE INTO purge_pending(fts) VALUES (?)", (fts,))
+
+    def _index_acl(self, tenant: str, rids: list[int], acl: Sequence[str]) -> None:
+        """New principal tokens, in the transaction that rewrote passage_acl: no reader sees tokens
+        wider than the exact table."""
+        fts = self._fts(tenant, create=False)
+        if fts:
+            tokens = acl_tokens(acl)
+            for rid in rids:
+                self._conn.execute(f"UPDATE {fts} SET principals = ? WHERE rowid = ?", (tokens, rid))
+
+    def _delete_rows(self, tenant: str, where: str, args: tuple[object, ...]) -> int:
+        rids = [
+            int(r[0])
+            for r in self._conn.execute(f"SELECT rid FROM passages WHERE tenant = ? AND {where}", (tenant, *args))
+        ]
+        self._unindex(tenant, rids)
+        for rid in rids:
             self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
             self._conn.execute("DELETE FROM passages WHERE rid = ?", (rid,))
         return len(rids)
 
     def _delete_where(self, tenant: str, where: str, args_list: Sequence[tuple[object, ...]]) -> None:
         with self._writing():
-            fts = self._fts(tenant, create=False)
-            deleted = sum(self._delete_rows(tenant, fts, where, args) for args in args_list)
-            if deleted and fts:
-                # The FTS5 index keeps a deleted row's terms until its segments are merged (this
-                # SQLite, 3.40, predates FTS5's secure-delete): `purge` merges, from a durable queue.
-                self._conn.execute("INSERT OR IGNORE INTO purge_pending(fts) VALUES (?)", (fts,))
+            for args in args_list:
+                self._delete_rows(tenant, where, args)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         self._delete_where(tenant, "passage_id = ?", [(pid,) for pid in passage_ids])
@@ -251,7 +285,7 @@ class SqliteLexicalIndex:
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         with self._writing():
             rids = [
-                r[0]
+                int(r[0])
                 for r in self._conn.execute(
                     "SELECT rid FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
                 )
@@ -260,44 +294,26 @@ class SqliteLexicalIndex:
                 "UPDATE passages SET acl = ?, acl_since = ? WHERE tenant = ? AND doc_id = ?",
                 (json.dumps(list(acl)), since_json(since), tenant, doc_id),
             )
-            fts = self._fts(tenant, create=False)
-            tokens = acl_tokens(acl)
             for rid in rids:
                 self._conn.execute("DELETE FROM passage_acl WHERE rid = ?", (rid,))
                 self._conn.executemany(
                     "INSERT INTO passage_acl(rid, entry, since_ms) VALUES (?, ?, ?)", acl_rows(rid, acl, since)
                 )
-                if fts:  # same transaction as passage_acl: no reader sees tokens wider than the exact table
-                    self._conn.execute(f"UPDATE {fts} SET principals = ? WHERE rowid = ?", (tokens, rid))
+            self._index_acl(tenant, rids, acl)
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
         """The ACL filters inside FTS5 (principal tokens), so only rows the principal may be named on are
         scored; the best are then verified by the exact check (indexer.fts_acl.top_verified)."""
-        expression = _match_expression(query)
-        if expression is None or not access.entries or limit <= 0:
+        if not query_terms(query) or not access.entries or limit <= 0:
             return []
         with self._lock:
-            fts = self._fts(access.tenant, create=False)
-            if fts is None:
-                return []
-            if principal_share(self._conn, fts, access.entries) >= DENSE_SHARE:
-                match = words_only(expression)
-            else:
-                match = filtered_match(expression, access.entries)
-            w = self.weights
-            rank = f"-bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}, 0)"
-
-            def fetch(n: int) -> list[Candidate]:
-                rows = self._conn.execute(
-                    f"SELECT rowid, {rank} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?",
-                    (match, n),
-                ).fetchall()
-                return [Candidate(int(rid), float(score)) for rid, score in rows]
-
             own = not self._conn.in_transaction
             if own:  # one snapshot for every round, its verification and the rows read
                 self._conn.execute("BEGIN")
             try:
+                fetch = self._fetcher(query, access)
+                if fetch is None:
+                    return []
                 found = top_verified(fetch, lambda c: self._verify(access, c), limit, floor)
                 rows = self._rows([v.rid for v in found])
             finally:
@@ -305,9 +321,33 @@ class SqliteLexicalIndex:
                     self._conn.execute("COMMIT")
             return [row_hit(rows[v.rid] | {"score": v.score}) for v in found]
 
+    def _fetcher(self, query: str, access: AccessFilter) -> Callable[[int], list[Candidate]] | None:
+        """The candidate stage: `fetch(n)`, the n best rows the index holds for the words and the
+        principal's tokens, by descending score; None when the tenant has no index."""
+        expression = _match_expression(query)
+        fts = self._fts(access.tenant, create=False)
+        if fts is None or expression is None:
+            return None
+        if principal_share(self._conn, fts, access.entries) >= DENSE_SHARE:
+            match = words_only(expression)
+        else:
+            match = filtered_match(expression, access.entries)
+        w = self.weights
+        rank = f"-bm25({fts}, {w.title:g}, {w.heading:g}, {w.text:g}, 0)"
+
+        def fetch(n: int) -> list[Candidate]:
+            rows = self._conn.execute(
+                f"SELECT rowid, {rank} AS score FROM {fts} WHERE {fts} MATCH ? ORDER BY score DESC LIMIT ?",
+                (match, n),
+            ).fetchall()
+            return [Candidate(int(rid), float(score)) for rid, score in rows]
+
+        return fetch
+
     def _verify(self, access: AccessFilter, candidates: list[Candidate]) -> list[Verified]:
         """The exact check (tenant, validity dates, an entry granted no later than as_of) on candidates:
-        reads only ids, so rows the loop never returns cost no text."""
+        reads only ids, so rows the loop never returns cost no text. `+p.tenant` keeps the planner on
+        the rowid lookups: on the (tenant, ...) index it walked every row of the tenant (360 ms at 1M)."""
         as_of = to_epoch_ms(access.as_of)
         acl_marks = ",".join("?" for _ in access.entries)
         scores = {c.rid: c.score for c in candidates}
@@ -316,7 +356,7 @@ class SqliteLexicalIndex:
             chunk = [c.rid for c in candidates[start : start + 500]]
             cur = self._conn.execute(
                 "SELECT p.rid, p.passage_id FROM passages p"
-                f" WHERE p.rid IN ({','.join('?' for _ in chunk)}) AND p.tenant = ?"
+                f" WHERE p.rid IN ({','.join('?' for _ in chunk)}) AND +p.tenant = ?"
                 " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
                 f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks})"
                 " AND a.since_ms <= ?)",
@@ -331,38 +371,6 @@ class SqliteLexicalIndex:
         cur = self._conn.execute(f"SELECT p.* FROM passages p WHERE p.rid IN ({','.join('?' for _ in rids)})", rids)
         cols = [d[0] for d in cur.description]
         return {int(str(r["rid"])): r for r in (dict(zip(cols, row, strict=True)) for row in cur.fetchall())}
-
-    def passages(self, access: AccessFilter, passage_ids: Sequence[str]) -> list[Passage]:
-        wanted = list(dict.fromkeys(passage_ids))
-        if not wanted or not access.entries:
-            return []
-        as_of = to_epoch_ms(access.as_of)
-        acl_marks = ",".join("?" for _ in access.entries)
-        out: list[Passage] = []
-        with self._lock:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" for _ in chunk)
-                cur = self._conn.execute(
-                    "SELECT p.*, 0.0 AS score FROM passages p"
-                    f" WHERE p.tenant = ? AND p.passage_id IN ({marks})"
-                    " AND p.effective_ms <= ? AND (p.superseded_ms IS NULL OR p.superseded_ms > ?)"
-                    f" AND EXISTS (SELECT 1 FROM passage_acl a WHERE a.rid = p.rid AND a.entry IN ({acl_marks})"
-                    " AND a.since_ms <= ?)",
-                    (access.tenant, *chunk, as_of, as_of, *access.entries, as_of),
-                )
-                cols = [d[0] for d in cur.description]
-                out.extend(row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
-        return out
-
-    def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:
-        with self._lock:
-            cur = self._conn.execute(
-                "SELECT p.*, 0.0 AS score FROM passages p WHERE p.tenant = ? AND p.doc_id = ? ORDER BY version, rid",
-                (tenant, doc_id),
-            )
-            cols = [d[0] for d in cur.description]
-            return [row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall()]
 
     def delete_superseded(self, before: datetime) -> list[Passage]:
         """Delete every passage superseded before the instant (retention); returns what was deleted."""
@@ -405,51 +413,6 @@ class SqliteLexicalIndex:
         """FTS5 indexes with deleted rows not merged away yet (certificates: 0 after a purge)."""
         with self._lock:
             return int(self._conn.execute("SELECT COUNT(*) FROM purge_pending").fetchone()[0])
-
-    def count(self, tenant: str, doc_id: str | None = None) -> int:
-        with self._lock:
-            if doc_id is None:
-                row = self._conn.execute("SELECT COUNT(*) FROM passages WHERE tenant = ?", (tenant,)).fetchone()
-            else:
-                row = self._conn.execute(
-                    "SELECT COUNT(*) FROM passages WHERE tenant = ? AND doc_id = ?", (tenant, doc_id)
-                ).fetchone()
-            return int(row[0])
-
-    def inventory(self, tenant: str, doc_id: str) -> list[StoredPassage]:
-        """ACL entries from passage_acl, the table the search filter joins, not the JSON copy."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT p.passage_id, p.version, a.entry, a.since_ms FROM passages p"
-                " LEFT JOIN passage_acl a ON a.rid = p.rid WHERE p.tenant = ? AND p.doc_id = ? ORDER BY p.passage_id",
-                (tenant, doc_id),
-            ).fetchall()
-        found: dict[str, tuple[int, dict[str, int]]] = {}
-        for passage_id, version, entry, since_ms in rows:
-            _, entries = found.setdefault(passage_id, (int(version), {}))
-            if entry is not None:
-                entries[str(entry)] = int(since_ms)
-        return [
-            StoredPassage(pid, v, tuple(sorted(e)), tuple((k, ms) for k, ms in sorted(e.items()) if ms != ALWAYS_MS))
-            for pid, (v, e) in sorted(found.items())
-        ]
-
-    def counts_by_tenant(self) -> dict[str, int]:
-        """Passages stored per tenant (any ACL, any date): for status, never for answering."""
-        with self._lock:
-            rows = self._conn.execute("SELECT tenant, COUNT(*) FROM passages GROUP BY tenant").fetchall()
-        return {str(tenant): int(n) for tenant, n in rows}
-
-    def passages_after(self, rid: int, limit: int) -> list[tuple[int, Passage]]:
-        """Stored passages in storage order after row `rid`, with their rows: for maintenance that walks
-        every passage (embedding those a model-less sync left without a vector), never for answering."""
-        with self._lock:
-            cur = self._conn.execute(
-                "SELECT *, 0.0 AS score FROM passages WHERE rid > ? ORDER BY rid LIMIT ?", (rid, limit)
-            )
-            cols = [d[0] for d in cur.description]
-            rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
-        return [(int(str(row["rid"])), row_hit(row).passage) for row in rows]
 
     def close(self) -> None:
         with self._lock:

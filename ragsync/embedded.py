@@ -50,6 +50,15 @@ class EmbeddedAdapters:
     def lexical(self) -> LexicalIndex:
         from indexer.sqlite_fts import SqliteLexicalIndex
 
+        if self.settings.lexical_engine == "tantivy":
+            from indexer.tantivy_lexical import TantivyLexicalIndex
+
+            return TantivyLexicalIndex(
+                self.home / "lexical.db",
+                field_weights(self.settings),
+                deferred=True,
+                analyzer=self.settings.lexical_analyzer,
+            )
         return SqliteLexicalIndex(
             self.home / "lexical.db",
             field_weights(self.settings),

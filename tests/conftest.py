@@ -23,6 +23,17 @@ import pytest
 from schemas.passages import Passage, make_passage_id
 
 MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
+
+
+def _embedded_lexical_name() -> str:
+    from ragsync.settings import Settings
+
+    engine = os.environ.get("RAGSYNC_LEXICAL_ENGINE") or Settings.model_fields["lexical_engine"].default
+    return "sqlite-tantivy" if engine == "tantivy" else "sqlite-fts5"
+
+
+EMBEDDED_LEXICAL = _embedded_lexical_name()
+"""The embedded profile's lexical store as audit records and reports name it (lexical_engine)."""
 if not (MODEL_PATH / "model.onnx").is_file():
     MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
 
@@ -165,6 +176,12 @@ def _sqlite_lexical(tmp: Path) -> Any:
     return SqliteLexicalIndex(tmp / "lexical.db")
 
 
+def _tantivy_lexical(tmp: Path) -> Any:
+    from indexer.tantivy_lexical import TantivyLexicalIndex
+
+    return TantivyLexicalIndex(tmp / "lexical.db")
+
+
 def _elastic_lexical(tmp: Path) -> Any:
     require_service("elasticsearch")
     from indexer.elastic import ElasticLexicalIndex
@@ -174,6 +191,7 @@ def _elastic_lexical(tmp: Path) -> Any:
 
 LEXICAL_FACTORIES: dict[str, Callable[[Path], Any]] = {
     "sqlite-fts5": _sqlite_lexical,
+    "sqlite-tantivy": _tantivy_lexical,
     "elasticsearch": _elastic_lexical,
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MODEL_PATH
+from conftest import EMBEDDED_LEXICAL, MODEL_PATH
 from serving import Serve, cli, environment
 
 from ragsync.demo import build_drive
@@ -68,7 +68,7 @@ def test_every_command_gives_the_same_answer_beside_serve_as_without(tmp_path: P
     assert anchored["ok"] and anchored["anchors_checked"] == 1 and anchored["records"] >= trail["records"]
     report = json.loads(beside[("verify", "--json")][1])
     assert beside[("verify", "--json")][0] == 0 and report["ok"] and report["documents"] == 3, report
-    assert report["tombstones"] == 1 and set(report["passages"]) == {"sqlite-fts5", "qdrant-edge"}, report
+    assert report["tombstones"] == 1 and set(report["passages"]) == {EMBEDDED_LEXICAL, "qdrant-edge"}, report
     assert [r["doc_id"] for r in json.loads(beside[("audit", "deletions", "--json")][1])] == [f"drive:{DELETED}"]
 
     cert_alone = certificate(env)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH
+from conftest import EMBEDDED_LEXICAL, MODEL_PATH
 
 from ragsync.cli import main
 
@@ -109,7 +109,7 @@ def test_deleted_document_leaves_no_text_behind(tmp_path: Path, env: dict[str, s
     by_copy = {c["copy"]: c for c in cert["copies"]}
     assert cert["remnants"] == 0 and cert["unchecked"] == [] and cert["complete"], by_copy
     assert set(by_copy) >= {
-        "sqlite-fts5",
+        EMBEDDED_LEXICAL,
         "qdrant-edge",
         "embedding-cache",
         "result cache",
@@ -119,9 +119,9 @@ def test_deleted_document_leaves_no_text_behind(tmp_path: Path, env: dict[str, s
         "connector state",
         "document state",
     }
-    for store in ("sqlite-fts5", "qdrant-edge", "event log", "embedding-cache"):
+    for store in (EMBEDDED_LEXICAL, "qdrant-edge", "event log", "embedding-cache"):
         assert by_copy[store]["removed_physically_at"], f"{store} purged: {by_copy[store]}"
-    assert by_copy["sqlite-fts5"]["removed_logically_at"] and by_copy["sqlite-fts5"]["unmerged_indexes"] == 0
+    assert by_copy[EMBEDDED_LEXICAL]["removed_logically_at"] and by_copy[EMBEDDED_LEXICAL]["unmerged_indexes"] == 0
     assert cert["deletion"]["versions_removed"] == [1, 2] and cert["audit_trail"]["intact"]
 
     assert found_in(home, V1_WORDS + V2_WORDS) == {}, "a raw scan of the home finds no word of the document"

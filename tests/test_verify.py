@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH
+from conftest import EMBEDDED_LEXICAL, MODEL_PATH
 
 from ragsync.cli import main
 from ragsync.demo import REFUNDS_V2, build_drive
@@ -58,8 +58,8 @@ def test_in_sync_through_edit_revocation_and_deletion(tmp_path: Path, synced: Pa
         and report["tombstones"] == 0
         and report["sources"] == {"drive": "drive:" + str(synced.resolve())}
     )
-    assert set(report["passages"]) == {"sqlite-fts5", "qdrant-edge"}, "both stores are reconciled (model loaded)"
-    assert report["passages"]["sqlite-fts5"] == report["passages"]["qdrant-edge"] > 4
+    assert set(report["passages"]) == {EMBEDDED_LEXICAL, "qdrant-edge"}, "both stores are reconciled (model loaded)"
+    assert report["passages"][EMBEDDED_LEXICAL] == report["passages"]["qdrant-edge"] > 4
 
     (synced / "acme/policies/refunds.md").write_text(REFUNDS_V2)
     (synced / "acme/hr/.ragsync-acl.toml").write_text('read = ["group:hr-leads"]\n')
@@ -99,7 +99,7 @@ def test_passages_left_after_a_deletion_and_missing_vectors_are_drift(tmp_path: 
     code, report = _verify(tmp_path)
     assert code == 1
     kinds = {(f["doc_id"], f["kind"], f["store"]) for f in report["drift"]}
-    assert (SALARIES, "tombstone", "sqlite-fts5") in kinds
+    assert (SALARIES, "tombstone", EMBEDDED_LEXICAL) in kinds
     assert ("drive:acme/policies/refunds.md", "vectors", "qdrant-edge") in kinds
     assert ("drive:acme/policies/refunds.md", "passages", "qdrant-edge") in kinds
 

@@ -54,6 +54,8 @@ settings.register_profile("long", max_examples=2000, deadline=None, suppress_hea
 settings.register_profile("bench", max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 CLUSTER_EXAMPLES = {"ci": 25, "bench": 100}.get(PROFILE, 300)
+TANTIVY_EXAMPLES = {"ci": 60, "bench": 300}.get(PROFILE, 1000)
+"""Fewer than FTS5's: each write of the Tantivy store is a Tantivy commit too (about 0.1 s on this machine)."""
 
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 """Stores of thrown-away histories in memory: hundreds of histories, each with its own files."""
@@ -176,6 +178,20 @@ def _embedded(root: Path) -> Stores:
     return Stores(lexical, vector, close)
 
 
+def _embedded_tantivy(root: Path) -> Stores:
+    from indexer.qdrant_edge import EdgeVectorIndex
+    from indexer.tantivy_lexical import TantivyLexicalIndex
+
+    lexical = TantivyLexicalIndex(root / "lexical.db")
+    vector = EdgeVectorIndex(root / "vectors", HashEmbedder.dim)
+
+    def close() -> None:
+        lexical.close()
+        vector.close()
+
+    return Stores(lexical, vector, close)
+
+
 def _cluster(root: Path) -> Stores:
     require_service("elasticsearch")
     require_service("qdrant")
@@ -253,6 +269,13 @@ def check_history(open_stores: Callable[[Path], Stores], case: tuple[list[Event]
 @given(case=deliveries())
 def test_each_version_keeps_the_access_it_had_on_the_embedded_stores(case: Any) -> None:
     check_history(_embedded, case)
+
+
+@settings(settings.get_profile(PROFILE), max_examples=TANTIVY_EXAMPLES)
+@given(case=deliveries())
+def test_each_version_keeps_the_access_it_had_on_the_embedded_stores_with_tantivy(case: Any) -> None:
+    """The same histories with Tantivy as the lexical candidate stage (lexical_engine = "tantivy")."""
+    check_history(_embedded_tantivy, case)
 
 
 @settings(settings.get_profile(PROFILE), max_examples=CLUSTER_EXAMPLES)
