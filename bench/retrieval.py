@@ -37,7 +37,7 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -87,38 +87,56 @@ class StubEmbedder:
         return self._vectors[text]
 
 
-def synthetic(n: int, rng: np.random.Generator) -> tuple[list[Passage], np.ndarray]:
-    """n passages; every 10th one is also readable by group:tenth, so that filter admits exactly 10%."""
+def batches(
+    n: int, rng: np.random.Generator, tiers: Sequence[tuple[int, str]] = ((10, "tenth"),), size: int = 10_000
+) -> Iterator[tuple[int, list[Passage], np.ndarray]]:
+    """Passages [start, start + size) and their unit vectors, streamed (bench/retrieval_scale.py loads a
+    million this way). Every passage is readable by group:all; for each (every, group) of `tiers`, every
+    `every`-th passage also by group:<group>, so that filter admits exactly 1/every of them."""
     words = np.array([f"w{i}" for i in range(VOCAB)])
     ranks = np.arange(1, VOCAB + 1)
     probs = (1.0 / ranks) / (1.0 / ranks).sum()
     effective = datetime(2026, 1, 1, tzinfo=UTC)
-    passages: list[Passage] = []
-    for i in range(n):
-        length = int(rng.integers(*WORDS_PER_PASSAGE))
-        text = " ".join(words[rng.choice(VOCAB, size=length, p=probs)])
-        acl = ("group:all", "group:tenth") if i % 10 == 0 else ("group:all",)
-        doc_id = f"doc{i // 20}.md"
-        anchor = f"s-{i % 20}"
-        passages.append(
-            Passage(
-                passage_id=make_passage_id(doc_id, 1, anchor),
-                doc_id=doc_id,
-                version=1,
-                anchor=anchor,
-                tenant=TENANT,
-                acl=acl,
-                effective_from=effective,
-                heading_path=(f"Section {i % 20}",),
-                title=doc_id,
-                text=text,
-                source_url=f"file:///{doc_id}",
-                chunker_version="bench",
+    for start in range(0, n, size):
+        count = min(size, n - start)
+        lengths = rng.integers(*WORDS_PER_PASSAGE, size=count)
+        drawn = words[rng.choice(VOCAB, size=int(lengths.sum()), p=probs)]
+        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        out: list[Passage] = []
+        for j in range(count):
+            i = start + j
+            acl = ("group:all", *(f"group:{group}" for every, group in tiers if i % every == 0))
+            doc_id = f"doc{i // 20}.md"
+            anchor = f"s-{i % 20}"
+            out.append(
+                Passage(
+                    passage_id=make_passage_id(doc_id, 1, anchor),
+                    doc_id=doc_id,
+                    version=1,
+                    anchor=anchor,
+                    tenant=TENANT,
+                    acl=acl,
+                    effective_from=effective,
+                    heading_path=(f"Section {i % 20}",),
+                    title=doc_id,
+                    text=" ".join(drawn[bounds[j] : bounds[j + 1]]),
+                    source_url=f"file:///{doc_id}",
+                    chunker_version="bench",
+                )
             )
-        )
-    vectors = rng.standard_normal((n, DIM)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return passages, vectors
+        vectors = rng.standard_normal((count, DIM)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        yield start, out, vectors
+
+
+def synthetic(n: int, rng: np.random.Generator) -> tuple[list[Passage], np.ndarray]:
+    """n passages; every 10th one is also readable by group:tenth, so that filter admits exactly 10%."""
+    passages: list[Passage] = []
+    parts: list[np.ndarray] = []
+    for _, out, vectors in batches(n, rng):
+        passages.extend(out)
+        parts.append(vectors)
+    return passages, np.concatenate(parts) if parts else np.zeros((0, DIM), dtype=np.float32)
 
 
 @dataclass

@@ -39,12 +39,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.retrieval import DIM, STOPWORD_LIKE, TENANT, VOCAB, WORDS_PER_PASSAGE, StubEmbedder, Workload
+from bench.retrieval import DIM, STOPWORD_LIKE, TENANT, StubEmbedder, Workload
+from bench.retrieval import batches as retrieval_batches
 from query.retrieval import RetrievalSettings, Retriever
-from schemas.passages import Passage, make_passage_id
+from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
 
 FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
+TIERS = ((10, "tenth"), (100, "hundredth"))
 RANKERS = ("bm25", "bm25-exists", "dense", "fused")
 
 
@@ -96,46 +98,9 @@ def _rss_mb() -> float:
 
 
 def batches(n: int, rng: np.random.Generator) -> Iterator[tuple[int, list[Passage], np.ndarray]]:
-    """Passages [start, start + BATCH) and their vectors; every 10th readable by group:tenth, every 100th
-    by group:hundredth too, so those filters admit exactly 10 % and 1 %."""
-    words = np.array([f"w{i}" for i in range(VOCAB)])
-    ranks = np.arange(1, VOCAB + 1)
-    probs = (1.0 / ranks) / (1.0 / ranks).sum()
-    effective = datetime(2026, 1, 1, tzinfo=UTC)
-    for start in range(0, n, BATCH):
-        size = min(BATCH, n - start)
-        lengths = rng.integers(*WORDS_PER_PASSAGE, size=size)
-        drawn = words[rng.choice(VOCAB, size=int(lengths.sum()), p=probs)]
-        bounds = np.concatenate(([0], np.cumsum(lengths)))
-        out: list[Passage] = []
-        for j in range(size):
-            i = start + j
-            acl = ["group:all"]
-            if i % 10 == 0:
-                acl.append("group:tenth")
-            if i % 100 == 0:
-                acl.append("group:hundredth")
-            doc_id = f"doc{i // 20}.md"
-            anchor = f"s-{i % 20}"
-            out.append(
-                Passage(
-                    passage_id=make_passage_id(doc_id, 1, anchor),
-                    doc_id=doc_id,
-                    version=1,
-                    anchor=anchor,
-                    tenant=TENANT,
-                    acl=tuple(acl),
-                    effective_from=effective,
-                    heading_path=(f"Section {i % 20}",),
-                    title=doc_id,
-                    text=" ".join(drawn[bounds[j] : bounds[j + 1]]),
-                    source_url=f"file:///{doc_id}",
-                    chunker_version="bench",
-                )
-            )
-        vectors = rng.standard_normal((size, DIM)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        yield start, out, vectors
+    """bench/retrieval's passages with one more tier: every 10th readable by group:tenth, every 100th by
+    group:hundredth too, so those filters admit exactly 10 % and 1 %."""
+    return retrieval_batches(n, rng, TIERS, size=BATCH)
 
 
 class Queries:
