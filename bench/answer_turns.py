@@ -18,8 +18,10 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from calibrate_answers import _Capture
+
 from query.extractive import Candidate, ExtractiveModel
-from query.ports import TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
+from query.ports import Evidence
 from query.worker import QueryWorker, default_as_of
 from ragsync.evaluation import load_questions
 from ragsync.evaluation.metrics import matches_gold
@@ -54,17 +56,6 @@ class Turn:
     evidence: tuple[Evidence, ...]
     sentences: tuple[Sentence, ...]  # best first by the model's current score
     candidates: tuple[Candidate, ...] = ()  # the same, as the model ranks them (query.extractive.Candidate)
-
-
-class _Capture:
-    name = "capture"
-
-    def __init__(self) -> None:
-        self.turns: list[ModelTurn] = []
-
-    def decide(self, turn: ModelTurn) -> ToolCall:
-        self.turns.append(turn)
-        return ToolCall(TOOL_SUBMIT, {"abstain": True, "reason": "capture"})
 
 
 def _gold_sentence(doc_id: str, sentence: str, gold: tuple[GoldSpan, ...]) -> bool:
