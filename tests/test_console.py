@@ -6,6 +6,7 @@ token, a forged cookie or a cross-site form), and /docs renders Swagger UI with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -68,7 +69,13 @@ def log_in(driver: Any, api: str, key: str) -> None:
 
     driver.get(f"{api}/console/login")
     driver.find_element(By.NAME, "key").send_keys(key)
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver.find_element(By.CSS_SELECTOR, "form button").click()
+    # The click returns before the form post's redirect has loaded: wait for it, then check where it went.
+    with contextlib.suppress(TimeoutException):
+        WebDriverWait(driver, 30).until(lambda d: not d.current_url.rstrip("/").endswith("/console/login"))
     assert driver.current_url.rstrip("/").endswith("/console"), driver.current_url
 
 
