@@ -177,7 +177,7 @@ def test_deletions_link_to_a_printable_certificate(served: dict[str, Any], brows
     row = browser.find_element(By.CSS_SELECTOR, "table.deletions tbody tr")
     assert "acme/hr/salaries.md" in row.text
     row.find_element(By.LINK_TEXT, "certificate").click()
-    cert = browser.find_element(By.CSS_SELECTOR, ".certificate").text
+    cert = wait_for(browser, ".certificate").text  # the click returns before the page loads
     assert "Deletion certificate" in cert and "acme/hr/salaries.md" in cert
     copies = browser.find_element(By.CSS_SELECTOR, "table.copies").text
     assert "embedding cache" in copies or "event log" in copies, copies
