@@ -55,7 +55,7 @@ class Turn:
     read_as: str | None  # None: a name the question is about is unmentioned (abstains whatever the rule)
     evidence: tuple[Evidence, ...]
     sentences: tuple[Sentence, ...]  # best first by the model's current score
-    candidates: tuple[Candidate, ...] = ()  # the same, as the model ranks them (query.extractive.Candidate)
+    candidates: tuple[Candidate, ...] = ()  # the same, as the model ranks them before query.answer_form's readings
 
 
 def _gold_sentence(doc_id: str, sentence: str, gold: tuple[GoldSpan, ...]) -> bool:
@@ -85,7 +85,8 @@ def collect(name: str, base: Path, home: Path, model_path: Path) -> list[Turn]:
             evidence: tuple[Evidence, ...] = capture.turns[0].evidence if capture.turns else ()
             read_as = model.reading(q.question, evidence) if evidence else None
             rows: list[Sentence] = []
-            ranked = model.candidates(read_as, evidence) if read_as is not None else []
+            # The model's candidates before query.answer_form's readings: the answer rule replays those.
+            ranked = model.base_candidates(read_as, evidence) if read_as is not None else []
             if read_as is not None:
                 for c in ranked:
                     doc_id = c.evidence.passage_id.split("@", 1)[0]
@@ -116,7 +117,8 @@ def collect(name: str, base: Path, home: Path, model_path: Path) -> list[Turn]:
 
 def load_or_collect(name: str, base: Path, home: Path, model_path: Path, refresh: bool = False) -> list[Turn]:
     cache = base / "answer-turns.pkl"
-    if not refresh and cache.is_file() and cache.stat().st_mtime > (home / "state.db").stat().st_mtime:
+    fresh = cache.is_file() and cache.stat().st_mtime > (home / "state.db").stat().st_mtime
+    if not refresh and fresh and cache.stat().st_mtime > Path(__file__).stat().st_mtime:
         with cache.open("rb") as f:
             turns: list[Turn] = pickle.load(f)
         return turns

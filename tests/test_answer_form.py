@@ -1,0 +1,88 @@
+"""query.answer_form: the question's kind against the sentence's form, the focus as the sentence's
+subject, and a sentence read with its neighbours, as pure functions, and query.extractive.reread that
+applies them to the model's candidates. No I/O, no embedder: candidates are built by hand."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from query.answer_form import (
+    FormWeights,
+    bonuses,
+    focus_terms,
+    form_match,
+    question_kinds,
+    subject_match,
+    window_meanings,
+)
+from query.extractive import Candidate, reread
+from query.ports import Evidence
+
+
+def test_question_kinds() -> None:
+    assert question_kinds("How do I get it to come up on boot?") == {"procedure"}
+    assert "procedure" in question_kinds("It keeps disappearing. How do I make the system keep it?")
+    assert question_kinds("How often does logcheck monitor the log files by default?") == {"value"}
+    assert question_kinds("Why are my numbers behaving like words?") == {"cause"}
+    assert question_kinds("Which command should be used to edit /etc/sudoers?") == {"name"}
+    assert question_kinds("Can DROP COLUMN remove any column?") == {"yesno"}
+    assert "yesno" in question_kinds("Our app crashed. Do I need to repair the file?")  # the second sentence
+    assert question_kinds("What is OpenVPN based on?") == frozenset()
+
+
+def test_a_how_do_i_question_wants_an_instruction() -> None:
+    kinds = question_kinds("How do I get the service to start on boot?")
+    instruction = "To make it start on boot, use systemctl enable servicename.service."
+    related = "A service that is started on boot is said to be enabled."
+    log_line = "Mar 31 17:30:36 mirtuel systemd[1]: Unit ssh.service entered failed state."
+    assert form_match(kinds, instruction) == 1.0
+    assert form_match(kinds, related) == 0.0
+    assert form_match(kinds, log_line) == 0.5  # names, but no instruction verb
+
+
+def test_value_cause_and_rule_forms() -> None:
+    assert form_match(question_kinds("How often does logcheck run?"), "It runs every hour.") == 1.0
+    assert form_match(question_kinds("How often does logcheck run?"), "It reads the log files.") == 0.0
+    why = question_kinds("Why is the file not smaller?")
+    assert form_match(why, "The space is kept because it is reused by later inserts.") == 1.0
+    assert form_match(why, "The file holds the database.") == 0.0
+    yesno = question_kinds("Can a WAL database be opened read-only?")
+    assert form_match(yesno, "It is not possible to open read-only WAL databases.") == 1.0
+
+
+def test_the_focus_is_the_rarest_term_the_evidence_holds() -> None:
+    weights = {"logcheck": 2.0, "log": 0.5, "myself": 3.0}
+    assert focus_terms(weights, {"logcheck", "log"}) == {"logcheck"}  # "myself" is in no passage
+    assert focus_terms(weights, set()) == frozenset()
+    assert subject_match(frozenset({"logcheck"}), "The logcheck program monitors log files every hour.") == 1.0
+    assert subject_match(frozenset({"logcheck"}), "Many programs read the log files, such as logcheck.") == 0.0
+
+
+@given(st.lists(st.floats(-1.0, 1.0), max_size=12))
+def test_a_window_never_lowers_a_meaning_nor_exceeds_the_better_neighbour(meanings: list[float]) -> None:
+    out = window_meanings(meanings)
+    assert len(out) == len(meanings)
+    for i, (m, w) in enumerate(zip(meanings, out, strict=True)):
+        near = meanings[max(0, i - 1) : i + 2]
+        assert m <= w <= max(near)
+
+
+def _cand(ev: Evidence, sentence: str, score: float, meaning: float, order: int, index: int) -> Candidate:
+    return Candidate(score, meaning, 0.5, order, ev, sentence, 0.0, index)
+
+
+def test_reread_prefers_the_instruction_and_is_the_identity_when_off() -> None:
+    ev = Evidence(passage_id="boot@1#p-0", heading="Services", text="", title="Handbook")
+    question = "I started it by hand but after a reboot it is down. How do I get it to come up on boot?"
+    related = _cand(ev, "Services started by hand are not started again after a reboot.", 1.80, 0.60, 0, 0)
+    answer = _cand(ev, "To start it on boot, run systemctl enable name.service.", 1.75, 0.55, 0, 1)
+    ranked = [related, answer]
+    assert reread(question, ranked, [ev], FormWeights()) == ranked
+    assert bonuses(question, [(0, 0, 0.6, related.sentence)], {}, set(), FormWeights()) == [0.0]
+    reread_ = reread(question, ranked, [ev], FormWeights(form=0.15))
+    assert reread_[0].sentence == answer.sentence
+    assert reread_[0].score == 1.9  # 1.75 + 0.15 * 1.0
+    # The window lifts the sentence beside a closer one, by half the gap times the weight.
+    windowed = reread(question, ranked, [ev], FormWeights(window=1.0))
+    assert {c.sentence: c.score for c in windowed}[answer.sentence] == 1.775
