@@ -1,12 +1,16 @@
 """query.answer_form: the question's kind against the sentence's form, the focus as the sentence's
 subject, and a sentence read with its neighbours, as pure functions, and query.extractive.reread that
-applies them to the model's candidates. No I/O, no embedder: candidates are built by hand."""
+applies them to the model's candidates: candidates built by hand, and the model with the real embedder."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from conftest import make_passage
 from hypothesis import given
 from hypothesis import strategies as st
 
+from indexer.chunker import chunk_document
 from query.answer_form import (
     FormWeights,
     bonuses,
@@ -16,8 +20,10 @@ from query.answer_form import (
     subject_match,
     window_meanings,
 )
-from query.extractive import Candidate, reread
-from query.ports import Evidence
+from query.citations import check_claims
+from query.extractive import READINGS, Candidate, ExtractiveModel, reread
+from query.ports import TOOL_SUBMIT, Evidence, ModelTurn
+from schemas.decisions import Claim
 
 
 def test_question_kinds() -> None:
@@ -86,3 +92,34 @@ def test_reread_prefers_the_instruction_and_is_the_identity_when_off() -> None:
     # The window lifts the sentence beside a closer one, by half the gap times the weight.
     windowed = reread(question, ranked, [ev], FormWeights(window=1.0))
     assert {c.sentence: c.score for c in windowed}[answer.sentence] == 1.775
+
+
+def test_the_model_answers_an_instruction_the_plain_score_left_just_below_the_threshold(embedder: Any) -> None:
+    """The readings lift the best sentence over a threshold it missed, quote that same sentence (the four
+    citation checks pass), and leave a best sentence of the wrong form below it: the model as it was
+    (no readings) abstains on both."""
+    question = "My service is down after every reboot. How do I get it to come up on boot?"
+    texts = {
+        "instruction": "To control whether a service is started on boot, use systemctl enable name.service. "
+        "Services are units managed by systemd.",
+        "related": "Units managed by systemd may fail for many reasons. Some of them depend on the hardware.",
+    }
+    for kind, text in texts.items():
+        chunks = chunk_document(f"# System boot\n\n{text}\n", "markdown")
+        passages = {
+            f"boot.md@1#{c.anchor}": make_passage(c.text, anchor=c.anchor, heading_path=c.heading_path) for c in chunks
+        }
+        evidence = tuple(Evidence(pid, " > ".join(p.heading_path), p.text) for pid, p in passages.items())
+        base = ExtractiveModel(embedder, form=FormWeights()).candidates(question, evidence)[0]
+        threshold = base.score + 0.01  # just above what the plain score reaches
+        before = ExtractiveModel(embedder, min_score=threshold, min_meaning=0.0, form=FormWeights())
+        now = ExtractiveModel(embedder, min_score=threshold, min_meaning=0.0)
+        assert now.form == READINGS and READINGS.top_only
+        assert before.decide(ModelTurn(question, evidence, (TOOL_SUBMIT,))).input.get("abstain") is True
+        call = now.decide(ModelTurn(question, evidence, (TOOL_SUBMIT,)))
+        if kind == "instruction":
+            claims = [Claim.model_validate(c) for c in call.input["claims"]]
+            assert [c.quote for c in claims] == [base.sentence]
+            assert check_claims(claims, passages) == []
+        else:
+            assert call.input.get("abstain") is True, call
