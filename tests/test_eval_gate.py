@@ -39,8 +39,11 @@ MIN_DENSE_RECALL_AT_10 = 0.93  # measured 0.970
 MIN_FUSED_MRR = 0.76  # measured 0.790 (0.792 before the reranker weighed the whole passage's vector)
 # Answers re-measured with the answer rule chosen leave one set out (min_score 1.9 and the name rule:
 # bench/answer_rule.py, bench/results/answer-rule-ci.json): answered and grounded 0.636 -> 0.667.
-MIN_ANSWER_RATE = 0.63  # measured 0.667 (22/33: the extractive model still answers no paraphrase)
-MIN_GROUNDED_RATE = 0.63  # measured 0.667 (22/33)
+# Then with query.answer_form's readings of the best sentence (form 0.3, subject 0.15: bench/answer_rule.py,
+# chosen leave one set out; held out here the same readings, so the figures below are held-out figures):
+# answered and grounded 0.667 -> 0.727.
+MIN_ANSWER_RATE = 0.69  # measured 0.727 (24/33) held out and tuned: one paraphrase answered
+MIN_GROUNDED_RATE = 0.69  # measured 0.727 (24/33) held out and tuned
 # Every expect-abstain question must abstain (measured 15/15): the evidence heading no longer carries the
 # page <title>, whose "— Python 3.11.2 documentation" once lent "python 3 11" to every sentence.
 MIN_ABSTAIN_RATE = 1.0

@@ -28,8 +28,11 @@ LIMITS = Limits(
     fused_mrr=0.69,  # measured 0.708
     # Answers re-measured with the answer rule chosen leave one set out (min_score 1.9 and the name rule:
     # bench/answer_rule.py): answered 0.672 -> 0.719, grounded 0.547 -> 0.609.
-    answer_rate=0.70,  # measured 0.719 (46/64)
-    grounded_rate=0.59,  # measured 0.609 (39/64): the extractive model still answers no paraphrase
+    # Then with query.answer_form's readings of the best sentence (bench/answer_rule.py; the default is the
+    # choice on all five sets, form 0.3, subject 0.15; held out, chosen on the other four, form 0.5): answered
+    # 0.719 (0.750 now), 0.781 held out; grounded 0.625 now, 0.594 held out. The limits sit below both.
+    answer_rate=0.73,  # measured 0.750 (48/64); held out 0.781
+    grounded_rate=0.59,  # measured 0.625 (40/64); held out 0.594 (38/64)
     abstain_rate=1.0,  # measured 15/15
 )
 
