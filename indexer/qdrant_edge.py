@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import qdrant_edge as q
 
 from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
@@ -167,7 +168,7 @@ class EdgeVectorIndex:
         if len(passages) != len(vectors):
             raise ValueError("one vector per passage")
         points = [
-            q.Point(point_id(p.tenant, p.passage_id), [float(x) for x in v], passage_to_point(p))
+            q.Point(point_id(p.tenant, p.passage_id), np.asarray(v, dtype=np.float64).tolist(), passage_to_point(p))
             for p, v in zip(passages, vectors, strict=True)
         ]
         self._update(q.UpdateOperation.upsert_points(points), len(points))
@@ -217,7 +218,7 @@ class EdgeVectorIndex:
     def _query(self, vector: Vectors, flt: q.Filter, limit: int, floor: float) -> list[Any]:
         request = q.QueryRequest(
             limit=limit,
-            query=q.Query.Nearest([float(x) for x in vector.reshape(-1)]),
+            query=q.Query.Nearest(np.asarray(vector, dtype=np.float64).reshape(-1).tolist()),
             filter=flt,
             score_threshold=floor,
             with_payload=True,
