@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from answer_turns import Turn, load_or_collect  # noqa: E402
 from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
+from loo_harness import held_out, run_final  # noqa: E402
 
 from query.answer_form import FormWeights  # noqa: E402
 from query.extractive import ExtractiveModel, answer, choose, reread  # noqa: E402
@@ -189,10 +190,10 @@ def by_type(turns: Sequence[Turn], rule: Rule) -> dict[str, Any]:
 def protocol(turns: Mapping[str, Sequence[Turn]], rules: Sequence[Rule]) -> dict[str, Any]:
     sets = list(turns)
     figs = {s: {r: figures(turns[s], r) for r in {*rules, BEFORE}} for s in sets}
-    tuned = select(figs, sets, rules)
+    tuned, held_by_set = held_out(sets, lambda train: select(figs, train, rules))
     out: dict[str, Any] = {"tuned_on_all": tuned.label(), "tuned": tuned, "sets": {}}
     for s in sets:
-        held = select(figs, [o for o in sets if o != s], rules) if len(sets) > 1 else tuned
+        held = held_by_set[s]
         out["sets"][s] = {
             "held_out_rule": held.label(),
             "held_out_choice": held,
@@ -207,56 +208,50 @@ def protocol(turns: Mapping[str, Sequence[Turn]], rules: Sequence[Rule]) -> dict
 
 def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping[str, Mapping[str, Rule]]) -> Any:
     """`ragsync eval`'s harness per set under each role's rule (the configured retriever)."""
-    from ranking import summary
 
-    from ragsync.evaluation import EvalContext, Gates, load_questions, run_eval
-    from ragsync.settings import Settings
-    from ragsync.wiring import build_embedded
+    def evaluate(components: Any, ctx: Any, questions: Any, rule: Rule) -> dict[str, Any]:
+        from dataclasses import replace
 
-    out: dict[str, Any] = {}
-    for s in sets:
-        base, home = set_paths(s, variant, homes)
-        questions = load_questions(base / "questions.jsonl")
-        settings = Settings(home=home, embed_model_path=embed_model_path(), session_secret="answer-rule-" + "x" * 20)
-        components = build_embedded(settings)
-        try:
-            ctx = EvalContext.from_components(components)
-            assert isinstance(ctx.model, ExtractiveModel)
-            runs: dict[Rule, dict[str, Any]] = {}
-            out[s] = {}
-            for role, rule in chosen[s].items():
-                if rule not in runs:
-                    model = ExtractiveModel(
-                        ctx.model.embedder,
-                        min_meaning=rule.min_meaning,
-                        min_score=rule.min_score,
-                        min_focus=rule.min_focus,
-                        name_rule=rule.names,
-                        form=rule.weights,
-                    )
-                    from dataclasses import replace
+        from ranking import summary
 
-                    report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
-                    runs[rule] = summary(report, [0.0]) | {
-                        "by_type": {
-                            t: {
-                                "n": v.get("n"),
-                                "fused": v["retrieval"]["fused"].get("recall@10"),
-                                "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
-                                "grounded_single": v.get("single", {}).get("grounded_answer_rate"),
-                            }
-                            for t, v in report["by_type"].items()
-                            if "retrieval" in v
-                        },
-                        "abstain_rate": report["overall"]["loop"]["abstain_rate"],
-                    }
-                    for k in ("rank_ms_p50", "rank_ms_p95"):
-                        runs[rule].pop(k, None)
-                out[s][role] = {"rule": rule.label(), **runs[rule]}
-                print(f"{s} {role}: {json.dumps(out[s][role]['loop'])}", file=sys.stderr)
-        finally:
-            components.close()
-    return out
+        from ragsync.evaluation import Gates, run_eval
+
+        model = ExtractiveModel(
+            ctx.model.embedder,
+            min_meaning=rule.min_meaning,
+            min_score=rule.min_score,
+            min_focus=rule.min_focus,
+            name_rule=rule.names,
+            form=rule.weights,
+        )
+        report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
+        figures: dict[str, Any] = summary(report, [0.0]) | {
+            "by_type": {
+                t: {
+                    "n": v.get("n"),
+                    "fused": v["retrieval"]["fused"].get("recall@10"),
+                    "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
+                    "grounded_single": v.get("single", {}).get("grounded_answer_rate"),
+                }
+                for t, v in report["by_type"].items()
+                if "retrieval" in v
+            },
+            "abstain_rate": report["overall"]["loop"]["abstain_rate"],
+        }
+        for k in ("rank_ms_p50", "rank_ms_p95"):
+            figures.pop(k, None)
+        return figures
+
+    return run_final(
+        variant,
+        sets,
+        homes,
+        chosen,
+        secret="answer-rule-",
+        evaluate=evaluate,
+        describe=lambda rule: {"rule": rule.label()},
+        shown="loop",
+    )
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
 from loo_collect import load_or_collect  # noqa: E402
+from loo_harness import held_out, run_final  # noqa: E402
 from loo_rank import Compiled, Figures, Method, compile_question, fast_figures, fast_rank, rank  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -108,11 +109,10 @@ def _fig(f: Figures) -> dict[str, Any]:
 def protocol(
     figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], methods: Sequence[Method]
 ) -> dict[str, Any]:
-    tuned = select(figs, sets, methods)
+    tuned, held_by_set = held_out(sets, lambda train: select(figs, train, methods))
     out: dict[str, Any] = {"tuned_on_all": tuned.label(), "sets": {}}
     for s in sets:
-        others = [o for o in sets if o != s]
-        held = select(figs, others, methods) if others else tuned
+        held = held_by_set[s]
         fitted = select(figs, [s], methods)
         out["sets"][s] = {
             "held_out_method": held.label(),
@@ -121,7 +121,7 @@ def protocol(
             "default": _fig(figs[s][Method()]),
             "fitted_to_this_set": {"method": fitted.label(), **_fig(figs[s][fitted])},
         }
-    held_mean = [figs[s][select(figs, [o for o in sets if o != s] or [s], methods)] for s in sets]
+    held_mean = [figs[s][held_by_set[s]] for s in sets]
     out["mean_held_out"] = {
         "fused_recall@10": round(sum(f.fused for f in held_mean) / len(sets), 4),
         "paraphrase_situation_recall@10": round(sum(f.hard for f in held_mean) / len(sets), 4),
@@ -189,14 +189,15 @@ def answers(variant: str, sets: Sequence[str], homes: Path | None) -> dict[str, 
         """The same without the data-driven margin: the highest abstain score plus a fixed 0.05."""
         return round(max(highest[s] for s in train) + 0.05, 2)
 
-    tuned = rule(sets)
+    tuned, held_by_set = held_out(sets, rule)
+    fixed_tuned, fixed_held = held_out(sets, fixed)
     out: dict[str, Any] = {
         "tuned_min_score": tuned,
         "highest_abstain_score": {s: round(v, 4) for s, v in highest.items()},
     }
     per = {}
     for s in sets:
-        held = rule([o for o in sets if o != s] or [s])
+        held = held_by_set[s]
         abstain = [r for r in rows[s] if r.abstain]
 
         def abstained(t: float, abstain: list[Any] = abstain) -> str:
@@ -209,11 +210,11 @@ def answers(variant: str, sets: Sequence[str], homes: Path | None) -> dict[str, 
             "tuned_grounded_single": grounded_rate(rows[s], tuned),
             "tuned_abstained": abstained(tuned),
             "fixed_margin": {
-                "held_out_min_score": fixed([o for o in sets if o != s] or [s]),
-                "held_out_grounded_single": grounded_rate(rows[s], fixed([o for o in sets if o != s] or [s])),
-                "held_out_abstained": abstained(fixed([o for o in sets if o != s] or [s])),
-                "tuned_min_score": fixed(sets),
-                "tuned_grounded_single": grounded_rate(rows[s], fixed(sets)),
+                "held_out_min_score": fixed_held[s],
+                "held_out_grounded_single": grounded_rate(rows[s], fixed_held[s]),
+                "held_out_abstained": abstained(fixed_held[s]),
+                "tuned_min_score": fixed_tuned,
+                "tuned_grounded_single": grounded_rate(rows[s], fixed_tuned),
             },
             "configured_min_score_2.07": {
                 "grounded_single": grounded_rate(rows[s], 2.07),
@@ -230,50 +231,45 @@ def final(
     """`ragsync eval`'s harness per set under each choice (held out, tuned): answers, loop, permissions.
 
     `chosen[set][role]` is (ranking method, answer threshold); a choice two roles share is run once."""
-    from dataclasses import replace
 
-    from loo_live import MethodRetriever
-    from ranking import default_ctx, summary
+    def evaluate(components: Any, ctx: Any, questions: Any, choice: tuple[Method, float]) -> dict[str, Any]:
+        from dataclasses import replace
 
-    from query.extractive import ExtractiveModel
-    from ragsync.evaluation import EvalContext, Gates, load_questions, run_eval
-    from ragsync.settings import Settings
-    from ragsync.wiring import build_embedded
+        from loo_live import MethodRetriever
+        from ranking import default_ctx, summary
 
-    out: dict[str, Any] = {}
-    for s in sets:
-        base, home = set_paths(s, variant, homes)
-        questions = load_questions(base / "questions.jsonl")
-        settings = Settings(home=home, embed_model_path=embed_model_path(), session_secret="loo-final-" + "x" * 20)
-        components = build_embedded(settings)
-        try:
-            ctx = EvalContext.from_components(components)
-            assert isinstance(ctx.model, ExtractiveModel)
-            runs: dict[tuple[Method, float], dict[str, Any]] = {}
-            out[s] = {}
-            for role, (method, min_score) in chosen[s].items():
-                if (method, min_score) not in runs:
-                    retriever = MethodRetriever(components.retriever(), method)
-                    model = ExtractiveModel(ctx.model.embedder, min_meaning=ctx.model.min_meaning, min_score=min_score)
-                    report = run_eval(replace(default_ctx(ctx, retriever), model=model), questions, Gates(k=10))
-                    runs[(method, min_score)] = summary(report, [0.0]) | {
-                        "by_type": {
-                            t: {
-                                "fused": v["retrieval"]["fused"].get("recall@10"),
-                                "bm25": v["retrieval"].get("bm25", {}).get("recall@10"),
-                                "dense": v["retrieval"].get("dense", {}).get("recall@10"),
-                                "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
-                            }
-                            for t, v in report["by_type"].items()
-                            if "retrieval" in v
-                        },
-                        "abstain_rate": report["overall"]["loop"]["abstain_rate"],
-                    }
-                out[s][role] = {"method": method.label(), "min_score": min_score, **runs[(method, min_score)]}
-                print(f"{s} {role}: {json.dumps(out[s][role]['fused'])}", file=sys.stderr)
-        finally:
-            components.close()
-    return out
+        from query.extractive import ExtractiveModel
+        from ragsync.evaluation import Gates, run_eval
+
+        method, min_score = choice
+        retriever = MethodRetriever(components.retriever(), method)
+        model = ExtractiveModel(ctx.model.embedder, min_meaning=ctx.model.min_meaning, min_score=min_score)
+        report = run_eval(replace(default_ctx(ctx, retriever), model=model), questions, Gates(k=10))
+        figures: dict[str, Any] = summary(report, [0.0]) | {
+            "by_type": {
+                t: {
+                    "fused": v["retrieval"]["fused"].get("recall@10"),
+                    "bm25": v["retrieval"].get("bm25", {}).get("recall@10"),
+                    "dense": v["retrieval"].get("dense", {}).get("recall@10"),
+                    "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
+                }
+                for t, v in report["by_type"].items()
+                if "retrieval" in v
+            },
+            "abstain_rate": report["overall"]["loop"]["abstain_rate"],
+        }
+        return figures
+
+    return run_final(
+        variant,
+        sets,
+        homes,
+        chosen,
+        secret="loo-final-",
+        evaluate=evaluate,
+        describe=lambda choice: {"method": choice[0].label(), "min_score": choice[1]},
+        shown="fused",
+    )
 
 
 def main() -> None:

@@ -193,25 +193,12 @@ def dokuwiki(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
 def smb(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     import smb_world as w
 
-    from ragsync.sources import SourceSettings, connector_for
+    from ragsync.sources import connector_for
 
     if not w.samba_up():
         raise SystemExit("smb: samba is not running (compose/local/services up samba)")
     os.environ["SMB_BENCH_READER_PASSWORD"] = w.svc.SMB_PASSWORD
-    source = SourceSettings.model_validate(
-        {
-            "name": "share",
-            "kind": "smb",
-            "server": "127.0.0.1",
-            "port": w.svc.SMB_PORT,
-            "share": w.svc.SMB_SHARE,
-            "path": "/",
-            "username": w.svc.SMB_USER,
-            "password_env": "SMB_BENCH_READER_PASSWORD",
-            "tenants": [w.TENANT],
-            "share_open": True,
-        }
-    )
+    source = w.source_settings("SMB_BENCH_READER_PASSWORD")
     started = time.monotonic()
     world = w.build_world(args.users, args.groups, args.docs, args.seed, keep=frozenset({"vault"}))
     built_s = time.monotonic() - started

@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,8 +134,15 @@ class FastEmbedder:
         so a text's vector would depend on the texts batched with it (up to 0.024 apart on the manual)
         and differ from the same text embedded alone, as a question is: it runs one window at a time,
         which costs it no more CPU (no padding at all; 19.5 s against 20.5 s for the manual's windows)."""
+        self.lanes = max(1, threads or os.cpu_count() or 1) if self.batch_size == 1 else 1
+        """Runs in flight at once for a model run one window at a time: each run then takes one thread.
+        Two threads inside one run of a short window meet at a barrier after every operator and wait for
+        each other; two runs side by side, one thread each, never wait (same vectors, bit for bit;
+        see `embed`). A model run in batches keeps ONNX Runtime's own threads inside each run."""
+        self._helpers: ThreadPoolExecutor | None = None
+        self._helpers_lock = threading.Lock()
         self.query_prefix = query_prefix
-        self._open(threads)
+        self._open(1 if self.lanes > 1 else threads)
         self.dim = int(self.embed(["probe"]).shape[1])
 
     def _open(self, threads: int | None) -> None:
@@ -218,12 +227,51 @@ class FastEmbedder:
             return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         windows = windows_of([[e.ids, *(o.ids for o in e.overflowing)] for e in encodings], self._specials)
-        done: list[Window] = []
-        rows: list[Vectors] = []
-        for batch in batches(windows, self.batch_size):
-            rows.append(self._run(batch))
-            done.extend(batch)
-        return pool(done, np.concatenate(rows), len(texts))
+        runs = list(batches(windows, self.batch_size))
+        rows = self._run_all(runs)
+        return pool([w for batch in runs for w in batch], np.concatenate(rows), len(texts))
+
+    def _run_all(self, runs: list[list[Window]]) -> list[Vectors]:
+        """Every run's rows, in order; with `lanes` > 1, up to that many runs at once.
+
+        The calling thread takes runs itself, and helpers from a small pool take runs beside it while
+        any are left: a helper still queued behind another call's work (a server embeds questions while
+        its worker ingests) is withdrawn rather than waited for, so no call ever waits for another's runs."""
+        if self.lanes == 1 or len(runs) < 2:
+            return [self._run(batch) for batch in runs]
+        rows: list[Vectors | None] = [None] * len(runs)
+        claim = iter(range(len(runs)))
+        claim_lock = threading.Lock()
+
+        def take() -> None:
+            while True:
+                with claim_lock:
+                    index = next(claim, None)
+                if index is None:
+                    return
+                try:
+                    rows[index] = self._run(runs[index])
+                except BaseException:
+                    with claim_lock:
+                        for _ in claim:  # nobody starts another run of a call that has failed
+                            pass
+                    raise
+
+        pool_ = self._helper_pool()
+        helpers: list[Future[None]] = [pool_.submit(take) for _ in range(min(self.lanes, len(runs)) - 1)]
+        try:
+            take()
+        finally:
+            for helper in helpers:
+                if not helper.cancel():
+                    helper.result()  # a run a helper took: its rows, or its error
+        return [row for row in rows if row is not None]
+
+    def _helper_pool(self) -> ThreadPoolExecutor:
+        with self._helpers_lock:
+            if self._helpers is None:
+                self._helpers = ThreadPoolExecutor(self.lanes - 1, thread_name_prefix="ragsync-embed")
+            return self._helpers
 
     def window_sizes(self, texts: Sequence[str]) -> list[list[int]]:
         """Word pieces of each window each text is embedded as (what the model sees of it, for bench/)."""

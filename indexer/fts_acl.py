@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -75,6 +76,48 @@ def principal_share(conn: sqlite3.Connection, fts: str, entries: Sequence[str]) 
     if len(rows) < SAMPLE:
         return 0.0  # fewer than SAMPLE rows in all: filter in the index
     return len(rows) / (int(rows[-1][0]) - int(rows[0][0]) + 1)
+
+
+SHARE_TTL_S = 1.0
+SHARE_KEYS = 1024
+
+
+class ShareSampler:
+    """`principal_share` per table and principal, sampled at most once per `ttl_s`.
+
+    Sampling reads up to SAMPLE rows of the principal's posting list, on every search it was most of a
+    search's fixed cost for a principal on few rows; the share moves only as documents are written, so
+    a second-old figure chooses the same plan. A stale figure costs time only (the exact check decides
+    either way). At most `keys` figures are kept, the least recently sampled dropped first."""
+
+    def __init__(
+        self, ttl_s: float = SHARE_TTL_S, keys: int = SHARE_KEYS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.keys = keys
+        self.clock = clock
+        self.samples = 0
+        """Times the share was read from the index (not from the cache)."""
+        self._shares: dict[tuple[str, tuple[str, ...]], tuple[float, float]] = {}
+
+    def share(self, conn: sqlite3.Connection, fts: str, entries: Sequence[str]) -> float:
+        key = (fts, tuple(sorted(set(entries))))
+        now = self.clock()
+        known = self._shares.get(key)
+        if known is not None and now - known[1] < self.ttl_s:
+            return known[0]
+        value = principal_share(conn, fts, entries)
+        self.samples += 1
+        self._shares.pop(key, None)
+        while len(self._shares) >= self.keys:
+            del self._shares[next(iter(self._shares))]
+        self._shares[key] = (value, now)
+        return value
+
+    def latest(self, fts: str, entries: Sequence[str]) -> float | None:
+        """The last figure sampled for this table and principal (None: never sampled)."""
+        known = self._shares.get((fts, tuple(sorted(set(entries)))))
+        return None if known is None else known[0]
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from pathlib import Path
 from indexer.fts_acl import (
     DENSE_SHARE,
     Candidate,
+    ShareSampler,
     Verified,
     acl_tokens,
     filtered_match,
-    principal_share,
     top_verified,
     words_only,
 )
@@ -98,6 +98,7 @@ class SqliteLexicalIndex(StoreReads):
         self.deferred = deferred
         self._merge_pending: set[str] = set()
         self._known_fts: set[str] = set()
+        self.shares = ShareSampler()
         with self._lock:
             migrate_layout(self._conn, self.analyzer, lambda tenant: self._fts(tenant, create=True))
             migrate_grants(self._conn)
@@ -328,7 +329,7 @@ class SqliteLexicalIndex(StoreReads):
         fts = self._fts(access.tenant, create=False)
         if fts is None or expression is None:
             return None
-        if principal_share(self._conn, fts, access.entries) >= DENSE_SHARE:
+        if self.shares.share(self._conn, fts, access.entries) >= DENSE_SHARE:
             match = words_only(expression)
         else:
             match = filtered_match(expression, access.entries)

@@ -276,7 +276,9 @@ class Settings(BaseSettings):
     embed_cache_dir: Path | None = None  # None: fastembed's own (FASTEMBED_CACHE_PATH, else <tmp>/fastembed_cache)
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
     embed_threads: int | None = Field(default=None, ge=1)
-    """ONNX Runtime's intra-op threads for the embedding model; None: one per core (its default)."""
+    """Threads for the embedding model; None: one per core. A batched model uses them inside each ONNX
+    run (intra-op); a model run one window at a time (int8) runs that many windows side by side, one
+    thread each (indexer.embedder.FastEmbedder.lanes)."""
     embed_query_prefix: str = ""
     """Put before every question (never before a passage) when it is embedded: the instruction some
     models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from accounts import account_command
 
@@ -49,6 +50,27 @@ INHERIT = "0x3"  # object inherit | container inherit
 
 def samba_up() -> bool:
     return CONF.exists() and svc.Samba(RUN, _helpers()).ready()
+
+
+def source_settings(password_env: str, name: str = "share") -> Any:
+    """The ragsync SMB source (SourceSettings) over the world's share, logged in as the service's reader
+    account, whose password the caller puts in `password_env`: one definition for the tests and the bench."""
+    from ragsync.sources import SourceSettings
+
+    return SourceSettings.model_validate(
+        {
+            "name": name,
+            "kind": "smb",
+            "server": "127.0.0.1",
+            "port": svc.SMB_PORT,
+            "share": svc.SMB_SHARE,
+            "path": "/",
+            "username": svc.SMB_USER,
+            "password_env": password_env,
+            "tenants": [TENANT],
+            "share_open": True,
+        }
+    )
 
 
 def _helpers() -> dict[str, object]:

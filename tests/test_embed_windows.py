@@ -130,3 +130,67 @@ def test_an_int8_models_vector_does_not_depend_on_its_batch(tmp_path: Path) -> N
     assert model.batch_size == 1 and FastEmbedder(MODEL_PATH).batch_size == 32
     texts = ["short", _long_text(10, "tail"), "a somewhat longer sentence about start conditions"]
     assert np.array_equal(model.embed(texts)[2], model.embed([texts[2]])[0])
+
+
+def _int8_variant(tmp_path: Path) -> Path:
+    variant = tmp_path / "int8-lanes"
+    variant.mkdir(parents=True)
+    for item in MODEL_PATH.iterdir():
+        (variant / item.name).symlink_to(item)
+    (variant / "ragsync-model.json").write_text('{"variant": "int8"}')
+    return variant
+
+
+def test_a_model_run_one_window_at_a_time_runs_windows_side_by_side_with_the_same_vectors(tmp_path: Path) -> None:
+    """Small files' passages are short: one ONNX run of a short window on two threads spends much of it
+    at the threads' barriers, so such a model runs two windows at once, one thread each. Every vector
+    must be the one the text gets alone, in the caller's order, and the runs must really overlap."""
+    import threading
+
+    from indexer.embedder import FastEmbedder
+
+    threads_seen: set[str] = set()
+
+    class Watched(FastEmbedder):
+        def _run(self, batch: Any) -> Any:
+            threads_seen.add(threading.current_thread().name)
+            return super()._run(batch)
+
+    model = Watched(_int8_variant(tmp_path), threads=2)
+    assert model.lanes == 2
+    texts = [f"note {i}: " + " ".join(WORDS[(i + j) % len(WORDS)] for j in range(5 + i % 7)) for i in range(40)]
+    texts += [_long_text(20, "tail of a long one"), _long_text(300, "and a longer one")]
+    threads_seen.clear()
+    together = model.embed(texts)
+    assert len(threads_seen) == 2, threads_seen
+    alone = np.stack([model.embed([t])[0] for t in texts])
+    assert np.array_equal(together, alone)
+    serial = FastEmbedder(_int8_variant(tmp_path / "serial"), threads=1)
+    assert serial.lanes == 1
+    assert np.array_equal(serial.embed(texts), together)
+
+
+def test_a_failed_run_fails_the_call_and_starts_no_further_runs(tmp_path: Path) -> None:
+    import threading
+
+    import pytest
+
+    from indexer.embedder import FastEmbedder
+
+    class Failing(FastEmbedder):
+        started = 0
+        lock = threading.Lock()
+
+        def _run(self, batch: Any) -> Any:
+            with self.lock:
+                Failing.started += 1
+                count = Failing.started
+            if count == 3:
+                raise RuntimeError("run 3 failed")
+            return super()._run(batch)
+
+    model = Failing(_int8_variant(tmp_path), threads=2)
+    Failing.started = 0
+    with pytest.raises(RuntimeError, match="run 3 failed"):
+        model.embed([f"text number {i}" for i in range(50)])
+    assert Failing.started < 10

@@ -159,3 +159,40 @@ def test_a_principal_on_nearly_every_row_is_filtered_by_the_exact_check_alone(tm
         assert len(found) == 297 and not found & {"hr.md", "old.md", "new.md"}
     finally:
         index.close()
+
+
+def test_the_principals_share_is_sampled_once_per_interval_and_still_followed(tmp_path: Path) -> None:
+    """Sampling the share read up to 256 rows of the principal's tokens on every search; now once per
+    interval per table and principal. The figure must still move with the data: a principal on few rows
+    at first (filtered in the index), on nearly every row once more documents name it and the interval
+    has passed (the words matched alone), the answers exact throughout."""
+    from indexer.fts_acl import DENSE_SHARE, SAMPLE, ShareSampler
+
+    now = [0.0]
+    index = SqliteLexicalIndex(tmp_path / "lexical.db")
+    index.shares = ShareSampler(ttl_s=1.0, clock=lambda: now[0])
+    sampled: list[str] = []
+    index._conn.set_trace_callback(
+        lambda sql: sampled.append(sql) if "SELECT rowid FROM" in sql and "ORDER BY" not in sql else None
+    )
+    try:
+        hr = [make_passage(f"orbit hr {i}", doc_id=f"hr{i}.md", acl=("group:hr",)) for i in range(SAMPLE)]
+        index.upsert([*hr, make_passage("orbit staff", doc_id="s0.md")])
+        fts = index._fts("acme", create=False)
+        assert fts is not None
+        for _ in range(20):
+            assert [h.passage.doc_id for h in index.search("orbit", STAFF, 10, 0.0)] == ["s0.md"]
+        assert index.shares.samples == 1 and len(sampled) == 1, sampled
+        assert index.shares.latest(fts, STAFF.entries) == 0.0
+
+        index.upsert([make_passage(f"orbit staff {i}", doc_id=f"s{i}.md") for i in range(1, 4 * SAMPLE)])
+        index.search("orbit", STAFF, 10, 0.0)
+        assert index.shares.samples == 1, "within the interval: the cached figure"
+        now[0] += 1.5
+        found = index.search("orbit", STAFF, 4 * SAMPLE + 10, 0.0)
+        assert index.shares.samples == 2 and len(sampled) == 2
+        share = index.shares.latest(fts, STAFF.entries)
+        assert share is not None and share >= DENSE_SHARE
+        assert {h.passage.doc_id for h in found} == {f"s{i}.md" for i in range(4 * SAMPLE)}
+    finally:
+        index.close()

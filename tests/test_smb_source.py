@@ -36,20 +36,7 @@ def samba() -> None:
 
 
 def connector() -> Any:
-    settings = SourceSettings.model_validate(
-        {
-            "name": SOURCE,
-            "kind": "smb",
-            "server": "127.0.0.1",
-            "port": w.svc.SMB_PORT,
-            "share": w.svc.SMB_SHARE,
-            "path": "/",
-            "username": w.svc.SMB_USER,
-            "password_env": "RAGSYNC_TEST_SMB_PASSWORD",
-            "tenants": [w.TENANT],
-            "share_open": True,
-        }
-    )
+    settings = w.source_settings("RAGSYNC_TEST_SMB_PASSWORD", SOURCE)
     return connector_for(settings, Path("/nonexistent-home"))
 
 
