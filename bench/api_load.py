@@ -57,6 +57,7 @@ from schemas.principal import Principal  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "api_load.json"
 SECRET = "bench-api-load-secret-0123456789abcdef"
+QDRANT = "http://127.0.0.1:6333"
 GOALS = {"embedded": {"p95_ms": 300, "rps": 100}, "cluster": {"p95_ms": 200, "rps": 100}}
 SET_TENANTS = {"python-manual": ("pydocs", "pyschool"), "git-doc": ("gitdocs",), "flex-doc": ("flexdocs",)}
 
@@ -123,11 +124,48 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 900) -> str:
 
 
 def cluster_cleanup(tag: str) -> None:
-    """Remove the run's indices and collection (Kafka topics and Redis keys are left to expire)."""
-    with httpx.Client(timeout=30) as http:
-        for url in (f"http://127.0.0.1:9200/apiload{tag}*", f"http://127.0.0.1:6333/collections/apiload{tag}"):
+    """Remove the run's indices and collection (Kafka topics and Redis keys are left to expire). Indices
+    one by one: Elasticsearch refuses a wildcard delete (action.destructive_requires_name), which left
+    every earlier run's indices behind."""
+    with httpx.Client(timeout=30) as http, contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+        listed = http.get(f"http://127.0.0.1:9200/_cat/indices/apiload{tag}*", params={"h": "index", "format": "json"})
+        names = [row["index"] for row in listed.json()] if listed.status_code == 200 else []
+        collections = http.get("http://127.0.0.1:6333/collections").json()["result"]["collections"]
+        names += [f"collections/{c['name']}" for c in collections if str(c["name"]).startswith(f"apiload{tag}")]
+        for url in (f"http://127.0.0.1:{6333 if n.startswith('collections/') else 9200}/{n}" for n in names):
             with contextlib.suppress(httpx.HTTPError):
                 http.delete(url)
+
+
+def expected_passages(eval_home: Path) -> int:
+    """Current passages of the set's embedded home: what the cluster stores hold once the sync is applied."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{eval_home / 'lexical.db'}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM passages WHERE superseded_ms IS NULL").fetchone()[0])
+
+
+def wait_applied(tag: str, expected: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Until Elasticsearch and Qdrant each hold the `expected` passages: `ragsync sync` returns once its
+    events are published, and the worker embeds and applies them after; a load started before would ask
+    half-empty stores (the first cluster run answered 0.5 % of its questions, its sentence embeddings done
+    during the load)."""
+    started = time.monotonic()
+    counts = {"elasticsearch": 0, "qdrant": 0}
+    with httpx.Client(timeout=30) as http:
+        while time.monotonic() - started < timeout_s:
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                http.post(f"http://127.0.0.1:9200/apiload{tag}*-passages-*/_refresh")
+                es = http.get(f"http://127.0.0.1:9200/apiload{tag}*-passages-*/_count")
+                counts["elasticsearch"] = int(es.json()["count"]) if es.status_code == 200 else 0
+                listed = http.get("http://127.0.0.1:6333/collections").json()["result"]["collections"]
+                names = [c["name"] for c in listed if str(c["name"]).startswith(f"apiload{tag}")]
+                qd = [http.post(f"{QDRANT}/collections/{n}/points/count", json={"exact": True}) for n in names]
+                counts["qdrant"] = sum(int(r.json()["result"]["count"]) for r in qd if r.status_code == 200)
+            if counts["elasticsearch"] >= expected and counts["qdrant"] >= expected:
+                return {"expected": expected, **counts, "seconds": round(time.monotonic() - started, 1)}
+            time.sleep(1.0)
+    raise SystemExit(f"the worker applied {counts} of {expected} passages within {timeout_s:.0f}s")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -292,7 +330,8 @@ def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, st
     tenants = [a for t in SET_TENANTS[args.set] for a in ("--tenant", t)]
     started = time.monotonic()
     print(run_cli(env, "sync", str(base / "corpus"), *tenants, "--source", "corpus", "--json").strip())
-    print(f"cluster sync applied in {time.monotonic() - started:.0f}s")
+    print(f"cluster sync published in {time.monotonic() - started:.0f}s")
+    print(f"cluster sync applied: {wait_applied(tag, expected_passages(eval_home))}")
     return env, base, procs
 
 
