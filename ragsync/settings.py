@@ -277,6 +277,9 @@ class Settings(BaseSettings):
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
     embed_threads: int | None = Field(default=None, ge=1)
     """ONNX Runtime's intra-op threads for the embedding model; None: one per core (its default)."""
+    embed_query_batch: int = Field(default=32, ge=1, le=256)
+    """At most this many questions of concurrent requests embedded in one model run (indexer.query_batch);
+    1: each question in a run of its own. A quantised model embeds each alone whatever this says."""
     embed_query_prefix: str = ""
     """Put before every question (never before a passage) when it is embedded: the instruction some
     models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""
