@@ -206,6 +206,20 @@ class _LazyWorker:
     def built(self) -> bool:
         return self._worker is not None
 
+    @property
+    def ready(self) -> QueryWorker | None:
+        """The worker once built (no lock: one reference read), so a request need not hop to a pool
+        thread just to fetch it."""
+        return self._worker
+
+
+def answer_response(result: AskResult) -> Response:
+    """The validated AskResponse serialised by pydantic in one step: the bytes JSONResponse gave for
+    model_dump() (compact, UTF-8, the same escapes; tests/test_api.py checks it) without the detour
+    through a dict and the json module on the event loop."""
+    body = AskResponse.model_validate(result.public()).model_dump_json()
+    return Response(body, media_type="application/json")
+
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None when it is larger than limit; stops reading as soon as it is too large."""
@@ -346,7 +360,9 @@ def create_app(
         # The body is read here, by hand, only after the token: a refused caller's body is never parsed.
         if credentials is None or not credentials.credentials.strip():
             return unauthorized("no bearer token in the Authorization header")
-        worker = await run_in_threadpool(holder.get)
+        worker = holder.ready
+        if worker is None:
+            worker = await run_in_threadpool(holder.get)
         try:
             principal = worker.tokens.verify(credentials.credentials)
         except InvalidToken as exc:
@@ -386,7 +402,7 @@ def create_app(
             _log_unexpected(exc)
             return JSONResponse({"error": "internal error"}, status_code=500)
         metrics.observe(result, time.perf_counter() - started)
-        return JSONResponse(AskResponse.model_validate(result.public()).model_dump())
+        return answer_response(result)
 
     @app.get("/healthz", summary="Liveness: the process serves requests")
     async def healthz() -> dict[str, str]:
