@@ -92,8 +92,13 @@ def unique_question(question: str, n: int) -> str:
     return f"{question.rstrip()} (ticket {1000 + n // 1000}-{n % 1000})"
 
 
-def environment(profile: str, home: Path, tag: str, tree: Path = ROOT) -> dict[str, str]:
+def environment(
+    profile: str, home: Path, tag: str, tree: Path = ROOT, settings: tuple[str, ...] = ()
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
+    for setting in settings:  # --setting name=value: RAGSYNC_NAME for the serve (and the worker)
+        name, _, value = setting.partition("=")
+        env[f"RAGSYNC_{name.strip().upper()}"] = value
     env.update(
         RAGSYNC_PROFILE=profile,
         RAGSYNC_HOME=str(home),
@@ -312,7 +317,7 @@ def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, st
     """The home to serve and the processes to stop afterwards."""
     base, eval_home = set_paths(args.set, args.variant, None)
     home = tmp / "home"
-    env = environment(args.profile, home, tag, args.tree.resolve())
+    env = environment(args.profile, home, tag, args.tree.resolve(), tuple(args.setting))
     procs: list[Any] = []
     if args.profile == "embedded":
         shutil.copytree(eval_home, home, ignore=shutil.ignore_patterns("owner.lock", "*.sock"))
@@ -348,6 +353,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="the source tree the serve runs (default this one; e.g. main's)"
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the serve, e.g. embed_query_batch=1 (repeatable): levers side by side",
     )
     parser.add_argument(
         "--no-warm-pass",
@@ -411,6 +423,7 @@ def main() -> None:
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "tree": str(args.tree.resolve()),
+        "settings": list(args.setting),
         "command": "python3 " + " ".join(sys.argv),
     }
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}

@@ -277,6 +277,9 @@ class Settings(BaseSettings):
     embed_download: bool = True  # by name, let fastembed download the model when the hub answers
     embed_threads: int | None = Field(default=None, ge=1)
     """ONNX Runtime's intra-op threads for the embedding model; None: one per core (its default)."""
+    ask_threads: int | None = Field(default=None, ge=1, le=256)
+    """Questions the API answers at once (each in a thread; the rest wait their turn); None: the thread
+    pool's own bound (40). Python threads share one interpreter lock: bench/api_load.py measures it."""
     embed_query_batch: int = Field(default=32, ge=1, le=256)
     """At most this many questions of concurrent requests embedded in one model run (indexer.query_batch);
     1: each question in a run of its own. A quantised model embeds each alone whatever this says."""

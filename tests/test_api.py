@@ -402,3 +402,46 @@ def test_the_answer_body_is_what_json_response_gave(answer: str, quote: str, url
     before = JSONResponse(AskResponse.model_validate(result.public()).model_dump())
     assert response.body == before.body
     assert response.headers["content-type"] == before.headers["content-type"]
+
+
+class CountingModel:
+    """The extractive model, holding each decision for a moment and counting the decisions under way."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.inner = ExtractiveModel()
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def decide(self, turn: ModelTurn) -> ToolCall:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            time.sleep(0.05)
+            return self.inner.decide(turn)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+@pytest.mark.parametrize("ask_threads", [1, 3])
+def test_ask_threads_bounds_the_questions_answered_at_once(lexical: SqliteLexicalIndex, ask_threads: int) -> None:
+    """ask_threads questions at most run at once; the others wait their turn and are answered all the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = CountingModel()
+    worker = QueryWorker(Retriever(lexical, None, None, None), model, SECRET)
+    with TestClient(create_app(lambda: worker, ask_threads=ask_threads)) as client:
+
+        def ask(_: int) -> int:
+            return client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF)).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(ask, range(16)))
+    assert codes == [200] * 16
+    assert model.most == ask_threads
