@@ -63,7 +63,7 @@ SET_TENANTS = {"python-manual": ("pydocs", "pyschool"), "git-doc": ("gitdocs",),
 
 STAGES = (
     # (stage, substrings of a frame, first match from the leaf upwards wins)
-    ("question embedding (ONNX)", ("embed_query",)),
+    ("question embedding (ONNX)", ("embed_query", "query_batch")),  # query_batch: the batcher's runner thread
     ("sentence embeddings (ONNX)", ("onnxruntime", "fastembed")),
     ("embedding cache", ("get_many", "embedding_key", "redis_embeddings", "embedding_cache")),
     ("reranker (Python)", ("query/rerank.py",)),
@@ -258,7 +258,7 @@ def stage_of(stack: str) -> str:
     for frame in reversed(frames):
         for stage, needles in STAGES:
             if any(n in frame for n in needles):
-                if stage == "sentence embeddings (ONNX)" and "embed_query" in stack:
+                if stage == "sentence embeddings (ONNX)" and ("embed_query" in stack or "query_batch" in stack):
                     return "question embedding (ONNX)"  # the same ONNX frames, under embed_query
                 return stage
     return "other Python"
