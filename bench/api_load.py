@@ -173,6 +173,14 @@ def wait_applied(tag: str, expected: int, timeout_s: float = 600.0) -> dict[str,
     raise SystemExit(f"the worker applied {counts} of {expected} passages within {timeout_s:.0f}s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process so far (Linux /proc): what an answer costs the serve, a figure
+    that a busy machine inflates much less than latency or throughput (which depend on the CPU share the
+    serve gets beside other jobs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -389,12 +397,25 @@ def main() -> None:
             procs.append(serve)
             spy = tmp / "spy.txt"
 
+            async def window_cpu() -> float:
+                await asyncio.sleep(args.warmup)
+                before = cpu_seconds(serve.pid)
+                await asyncio.sleep(args.duration)
+                return cpu_seconds(serve.pid) - before
+
             async def run() -> dict[str, Any]:
                 task = asyncio.create_task(load(api, asks, args.clients, args.duration, args.warmup))
+                cpu = asyncio.create_task(window_cpu())
                 if args.py_spy > 0:
                     await asyncio.sleep(args.warmup + max(0.0, (args.duration - args.py_spy) / 2))
                     await asyncio.to_thread(spy_for, serve.pid, args.py_spy, spy)
-                return await task
+                measured = await task
+                used = await cpu
+                measured["serve_cpu_s"] = round(used, 1)
+                measured["serve_cpu_ms_per_request"] = (
+                    round(used * 1000 / measured["requests"], 1) if measured["requests"] else None
+                )
+                return measured
 
             measured = asyncio.run(run())
             profile = summarise_profile(spy) if args.py_spy > 0 else None
