@@ -19,6 +19,10 @@ embedded again alone, so only the question whose own run fails gets the exceptio
 their rows. A waiter gives up after `timeout_s` (the runner may be stuck in a run) with
 ModelUnavailable, as a model that cannot be loaded.
 
+Off by default (settings.embed_query_batch = 1): measured under load on two cores shared with other
+jobs, it saved 9 % of the serve's CPU per answer, but the one runner thread, which runs every batch in
+turn, got so small a share of the busy machine that throughput halved (bench/README.md).
+
 A dynamically quantised model (MiniLM int8) scales a run's activations by the whole batch, so its rows
 depend on their batch: the embedder does not batch its questions (indexer.embedder).
 """
