@@ -46,8 +46,9 @@ def asks(base: Path) -> list[tuple[dict[str, Any], str]]:
     return out
 
 
-def dump(tree: Path, asked: Path, home: Path, out: Path, as_of: str) -> None:
-    """In a process whose imports come from `tree` (and nothing of this tree's): every ask's outcome."""
+def dump(tree: Path, asked: Path, home: Path, out: Path, as_of: str, threads: int = 1) -> None:
+    """In a process whose imports come from `tree` (and nothing of this tree's): every ask's outcome, asked
+    from `threads` threads at once (so that concurrent requests' questions share model runs)."""
     sys.path.insert(0, str(tree))
     os.environ.update(RAGSYNC_HOME=str(home), RAGSYNC_PROFILE="embedded", RAGSYNC_CONFIG=os.devnull)
     from ragsync.settings import load_settings
@@ -57,27 +58,33 @@ def dump(tree: Path, asked: Path, home: Path, out: Path, as_of: str) -> None:
     components = build(load_settings())
     worker = components.query_worker()
     instant = datetime.fromisoformat(as_of)
-    rows = []
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(item: tuple[dict[str, Any], str]) -> dict[str, Any]:
+        p, question = item
+        principal = Principal(tenant=p["tenant"], user=p["user"], groups=tuple(p["groups"]))
+        r = worker.ask(principal, question, instant)
+        return {
+            "question": question,
+            "answered": r.answered,
+            "answer": r.answer,
+            "claims": [[c.statement, c.quote, c.passage_id, c.source_url] for c in r.claims],
+            "reason": r.trace.reason.value if r.trace.reason is not None else None,
+            "searches": [[s.query, s.lexical_ids, s.dense_ids, s.selected_ids] for s in r.trace.searches],
+            "evidence_ids": r.evidence_ids,
+        }
+
     started = time.process_time()
     try:
-        for p, question in json.loads(asked.read_text()):
-            principal = Principal(tenant=p["tenant"], user=p["user"], groups=tuple(p["groups"]))
-            r = worker.ask(principal, question, instant)
-            rows.append(
-                {
-                    "question": question,
-                    "answered": r.answered,
-                    "answer": r.answer,
-                    "claims": [[c.statement, c.quote, c.passage_id, c.source_url] for c in r.claims],
-                    "reason": r.trace.reason.value if r.trace.reason is not None else None,
-                    "searches": [[s.query, s.lexical_ids, s.dense_ids, s.selected_ids] for s in r.trace.searches],
-                    "evidence_ids": r.evidence_ids,
-                }
-            )
+        with ThreadPoolExecutor(threads) as pool:
+            rows = list(pool.map(ask, json.loads(asked.read_text())))
     finally:
         components.close()
     cpu_ms = (time.process_time() - started) * 1000 / max(len(rows), 1)
-    out.write_text(json.dumps({"tree": str(tree), "cpu_ms_per_ask": round(cpu_ms, 1), "asks": rows}))
+    batcher = getattr(getattr(components.embedder, "_inner", None), "_questions", None)  # indexer.query_batch
+    batches = {"runs": batcher.runs, "largest": batcher.largest} if batcher is not None else None
+    dumped = {"tree": str(tree), "cpu_ms_per_ask": round(cpu_ms, 1), "question_batches": batches, "asks": rows}
+    out.write_text(json.dumps(dumped))
 
 
 def run_tree(tree: Path, args: argparse.Namespace, tmp: Path, name: str, as_of: str) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def run_tree(tree: Path, args: argparse.Namespace, tmp: Path, name: str, as_of: 
         "RAGSYNC_EMBED_MODEL_PATH", str(ROOT.parent / "shared/models/all-MiniLM-L6-v2-onnx")
     )
     env["PYTHONPATH"] = str(tree)
-    cmd = [sys.executable, __file__, "--dump", str(tree), str(asked), str(home), str(out), as_of]
+    cmd = [sys.executable, __file__, "--dump", str(tree), str(asked), str(home), str(out), as_of, str(args.threads)]
     done = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
@@ -118,12 +125,13 @@ def compare(reference: dict[str, Any], build: dict[str, Any]) -> dict[str, Any]:
         "differing": differing,
         "same": not differing,
         "cpu_ms_per_ask": {"reference": reference["cpu_ms_per_ask"], "build": build["cpu_ms_per_ask"]},
+        "question_batches": {"reference": reference.get("question_batches"), "build": build.get("question_batches")},
     }
 
 
 def main() -> None:
-    if len(sys.argv) == 7 and sys.argv[1] == "--dump":
-        dump(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5]), sys.argv[6])
+    if len(sys.argv) == 8 and sys.argv[1] == "--dump":
+        dump(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5]), sys.argv[6], int(sys.argv[7]))
         return
     sys.path.insert(0, str(ROOT / "bench"))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,6 +140,9 @@ def main() -> None:
     parser.add_argument("--set", default="python-manual")
     parser.add_argument("--variant", default="ci", choices=("ci", "full"))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="ask from this many threads at once (questions then share model runs)"
+    )
     args = parser.parse_args()
     as_of = datetime.now(UTC).replace(microsecond=0).isoformat()
     with tempfile.TemporaryDirectory(prefix="ragsync-bench-api-answers-") as tmp_name:
@@ -148,6 +159,7 @@ def main() -> None:
         "as_of": as_of,
         "reference": args.reference_name,
         "build": head.stdout.strip() + (" (uncommitted changes)" if dirty.stdout.strip() else ""),
+        "threads": args.threads,
         **result,
         "command": "python3 " + " ".join(sys.argv),
     }

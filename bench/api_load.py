@@ -57,12 +57,13 @@ from schemas.principal import Principal  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "api_load.json"
 SECRET = "bench-api-load-secret-0123456789abcdef"
+QDRANT = "http://127.0.0.1:6333"
 GOALS = {"embedded": {"p95_ms": 300, "rps": 100}, "cluster": {"p95_ms": 200, "rps": 100}}
 SET_TENANTS = {"python-manual": ("pydocs", "pyschool"), "git-doc": ("gitdocs",), "flex-doc": ("flexdocs",)}
 
 STAGES = (
     # (stage, substrings of a frame, first match from the leaf upwards wins)
-    ("question embedding (ONNX)", ("embed_query",)),
+    ("question embedding (ONNX)", ("embed_query", "query_batch")),  # query_batch: the batcher's runner thread
     ("sentence embeddings (ONNX)", ("onnxruntime", "fastembed")),
     ("embedding cache", ("get_many", "embedding_key", "redis_embeddings", "embedding_cache")),
     ("reranker (Python)", ("query/rerank.py",)),
@@ -91,8 +92,13 @@ def unique_question(question: str, n: int) -> str:
     return f"{question.rstrip()} (ticket {1000 + n // 1000}-{n % 1000})"
 
 
-def environment(profile: str, home: Path, tag: str, tree: Path = ROOT) -> dict[str, str]:
+def environment(
+    profile: str, home: Path, tag: str, tree: Path = ROOT, settings: tuple[str, ...] = ()
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSYNC_")}
+    for setting in settings:  # --setting name=value: RAGSYNC_NAME for the serve (and the worker)
+        name, _, value = setting.partition("=")
+        env[f"RAGSYNC_{name.strip().upper()}"] = value
     env.update(
         RAGSYNC_PROFILE=profile,
         RAGSYNC_HOME=str(home),
@@ -123,11 +129,56 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 900) -> str:
 
 
 def cluster_cleanup(tag: str) -> None:
-    """Remove the run's indices and collection (Kafka topics and Redis keys are left to expire)."""
-    with httpx.Client(timeout=30) as http:
-        for url in (f"http://127.0.0.1:9200/apiload{tag}*", f"http://127.0.0.1:6333/collections/apiload{tag}"):
+    """Remove the run's indices and collection (Kafka topics and Redis keys are left to expire). Indices
+    one by one: Elasticsearch refuses a wildcard delete (action.destructive_requires_name), which left
+    every earlier run's indices behind."""
+    with httpx.Client(timeout=30) as http, contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+        listed = http.get(f"http://127.0.0.1:9200/_cat/indices/apiload{tag}*", params={"h": "index", "format": "json"})
+        names = [row["index"] for row in listed.json()] if listed.status_code == 200 else []
+        collections = http.get("http://127.0.0.1:6333/collections").json()["result"]["collections"]
+        names += [f"collections/{c['name']}" for c in collections if str(c["name"]).startswith(f"apiload{tag}")]
+        for url in (f"http://127.0.0.1:{6333 if n.startswith('collections/') else 9200}/{n}" for n in names):
             with contextlib.suppress(httpx.HTTPError):
                 http.delete(url)
+
+
+def expected_passages(eval_home: Path) -> int:
+    """Current passages of the set's embedded home: what the cluster stores hold once the sync is applied."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{eval_home / 'lexical.db'}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM passages WHERE superseded_ms IS NULL").fetchone()[0])
+
+
+def wait_applied(tag: str, expected: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Until Elasticsearch and Qdrant each hold the `expected` passages: `ragsync sync` returns once its
+    events are published, and the worker embeds and applies them after; a load started before would ask
+    half-empty stores (the first cluster run answered 0.5 % of its questions, its sentence embeddings done
+    during the load)."""
+    started = time.monotonic()
+    counts = {"elasticsearch": 0, "qdrant": 0}
+    with httpx.Client(timeout=30) as http:
+        while time.monotonic() - started < timeout_s:
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                http.post(f"http://127.0.0.1:9200/apiload{tag}*-passages-*/_refresh")
+                es = http.get(f"http://127.0.0.1:9200/apiload{tag}*-passages-*/_count")
+                counts["elasticsearch"] = int(es.json()["count"]) if es.status_code == 200 else 0
+                listed = http.get("http://127.0.0.1:6333/collections").json()["result"]["collections"]
+                names = [c["name"] for c in listed if str(c["name"]).startswith(f"apiload{tag}")]
+                qd = [http.post(f"{QDRANT}/collections/{n}/points/count", json={"exact": True}) for n in names]
+                counts["qdrant"] = sum(int(r.json()["result"]["count"]) for r in qd if r.status_code == 200)
+            if counts["elasticsearch"] >= expected and counts["qdrant"] >= expected:
+                return {"expected": expected, **counts, "seconds": round(time.monotonic() - started, 1)}
+            time.sleep(1.0)
+    raise SystemExit(f"the worker applied {counts} of {expected} passages within {timeout_s:.0f}s")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process so far (Linux /proc): what an answer costs the serve, a figure
+    that a busy machine inflates much less than latency or throughput (which depend on the CPU share the
+    serve gets beside other jobs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -215,7 +266,7 @@ def stage_of(stack: str) -> str:
     for frame in reversed(frames):
         for stage, needles in STAGES:
             if any(n in frame for n in needles):
-                if stage == "sentence embeddings (ONNX)" and "embed_query" in stack:
+                if stage == "sentence embeddings (ONNX)" and ("embed_query" in stack or "query_batch" in stack):
                     return "question embedding (ONNX)"  # the same ONNX frames, under embed_query
                 return stage
     return "other Python"
@@ -274,7 +325,7 @@ def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, st
     """The home to serve and the processes to stop afterwards."""
     base, eval_home = set_paths(args.set, args.variant, None)
     home = tmp / "home"
-    env = environment(args.profile, home, tag, args.tree.resolve())
+    env = environment(args.profile, home, tag, args.tree.resolve(), tuple(args.setting))
     procs: list[Any] = []
     if args.profile == "embedded":
         shutil.copytree(eval_home, home, ignore=shutil.ignore_patterns("owner.lock", "*.sock"))
@@ -292,7 +343,8 @@ def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, st
     tenants = [a for t in SET_TENANTS[args.set] for a in ("--tenant", t)]
     started = time.monotonic()
     print(run_cli(env, "sync", str(base / "corpus"), *tenants, "--source", "corpus", "--json").strip())
-    print(f"cluster sync applied in {time.monotonic() - started:.0f}s")
+    print(f"cluster sync published in {time.monotonic() - started:.0f}s")
+    print(f"cluster sync applied: {wait_applied(tag, expected_passages(eval_home))}")
     return env, base, procs
 
 
@@ -309,6 +361,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="the source tree the serve runs (default this one; e.g. main's)"
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the serve, e.g. embed_query_batch=1 (repeatable): levers side by side",
     )
     parser.add_argument(
         "--no-warm-pass",
@@ -338,12 +397,25 @@ def main() -> None:
             procs.append(serve)
             spy = tmp / "spy.txt"
 
+            async def window_cpu() -> float:
+                await asyncio.sleep(args.warmup)
+                before = cpu_seconds(serve.pid)
+                await asyncio.sleep(args.duration)
+                return cpu_seconds(serve.pid) - before
+
             async def run() -> dict[str, Any]:
                 task = asyncio.create_task(load(api, asks, args.clients, args.duration, args.warmup))
+                cpu = asyncio.create_task(window_cpu())
                 if args.py_spy > 0:
                     await asyncio.sleep(args.warmup + max(0.0, (args.duration - args.py_spy) / 2))
                     await asyncio.to_thread(spy_for, serve.pid, args.py_spy, spy)
-                return await task
+                measured = await task
+                used = await cpu
+                measured["serve_cpu_s"] = round(used, 1)
+                measured["serve_cpu_ms_per_request"] = (
+                    round(used * 1000 / measured["requests"], 1) if measured["requests"] else None
+                )
+                return measured
 
             measured = asyncio.run(run())
             profile = summarise_profile(spy) if args.py_spy > 0 else None
@@ -372,6 +444,7 @@ def main() -> None:
         "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "tree": str(args.tree.resolve()),
+        "settings": list(args.setting),
         "command": "python3 " + " ".join(sys.argv),
     }
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}

@@ -33,6 +33,7 @@ import numpy as np
 from indexer.embed_windows import Window, batches, padded, pool, windows_of
 from indexer.embedding_cache import CachedEmbedder as CachedEmbedder  # re-export
 from indexer.ports import Embedder, EmbeddingCache, Vectors
+from indexer.query_batch import QueryBatcher
 from schemas.errors import (
     ModelUnavailable as ModelUnavailable,  # re-export (schemas.errors)
 )
@@ -104,6 +105,7 @@ class FastEmbedder:
         download: bool = False,
         query_prefix: str = "",
         threads: int | None = None,
+        query_batch: int = 1,
     ) -> None:
         from fastembed import TextEmbedding
 
@@ -144,6 +146,13 @@ class FastEmbedder:
         self.query_prefix = query_prefix
         self._open(1 if self.lanes > 1 else threads)
         self.dim = int(self.embed(["probe"]).shape[1])
+        self._questions = (
+            QueryBatcher(self.embed, max_batch=min(query_batch, self.batch_size))
+            if min(query_batch, self.batch_size) > 1
+            else None
+        )
+        """Concurrent requests' questions in one run, at most `query_batch` (indexer.query_batch); a quantised
+        model's (batch_size 1) never, since its rows depend on their batch."""
 
     def _open(self, threads: int | None) -> None:
         """The ONNX session with our options, and a tokenizer that cuts texts into the model's windows.
@@ -313,6 +322,8 @@ class FastEmbedder:
         return 0
 
     def embed_query(self, text: str) -> Vectors:
+        if self._questions is not None:
+            return self._questions.embed(self.query_prefix + text)
         row: Vectors = self.embed([self.query_prefix + text])[0]
         return row
 
@@ -327,6 +338,7 @@ class ModelChoice:
     download: bool = True
     query_prefix: str = ""
     threads: int | None = None
+    query_batch: int = 1
 
 
 _LOADED: dict[ModelChoice, FastEmbedder | None] = {}
@@ -341,13 +353,14 @@ def load_embedder(
     download: bool = True,
     query_prefix: str = "",
     threads: int | None = None,
+    query_batch: int = 1,
 ) -> Embedder | None:
     """The model for this choice, loaded once per process; None (BM25 only) after one warning.
 
     One instance serves every caller in the process: an ONNX session is safe to share between
     threads, and loading it again per command would cost seconds and memory each time.
     """
-    choice = ModelChoice(model_name, model_path, cache_dir, download, query_prefix, threads)
+    choice = ModelChoice(model_name, model_path, cache_dir, download, query_prefix, threads, query_batch)
     with _LOADED_LOCK:
         if choice in _LOADED:
             return _LOADED[choice]
@@ -360,6 +373,7 @@ def load_embedder(
                 download=download,
                 query_prefix=query_prefix,
                 threads=threads,
+                query_batch=query_batch,
             )
             log.info("embedding model %s from %s", model_name, embedder.source)
         except ModelUnavailable as exc:

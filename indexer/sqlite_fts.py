@@ -50,6 +50,7 @@ from indexer.sqlite_fts_schema import (
     fts_row,
     migrate_grants,
     migrate_layout,
+    read_hit,
     restore_fts,
     row_hit,
     side_index_dir,
@@ -320,7 +321,7 @@ class SqliteLexicalIndex(StoreReads):
             finally:
                 if own:
                     self._conn.execute("COMMIT")
-            return [row_hit(rows[v.rid] | {"score": v.score}) for v in found]
+            return [read_hit(rows[v.rid] | {"score": v.score}) for v in found]
 
     def _fetcher(self, query: str, access: AccessFilter) -> Callable[[int], list[Candidate]] | None:
         """The candidate stage: `fetch(n)`, the n best rows the index holds for the words and the

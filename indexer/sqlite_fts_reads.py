@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 
 from indexer.ports import StoredPassage
-from indexer.sqlite_fts_schema import ALWAYS_MS, row_hit
+from indexer.sqlite_fts_schema import ALWAYS_MS, read_hit, row_hit
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter
@@ -42,7 +42,7 @@ class StoreReads:
                     (access.tenant, *chunk, as_of, as_of, *access.entries, as_of),
                 )
                 cols = [d[0] for d in cur.description]
-                out.extend(row_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
+                out.extend(read_hit(dict(zip(cols, row, strict=True))).passage for row in cur.fetchall())
         return out
 
     def doc_passages(self, tenant: str, doc_id: str) -> list[Passage]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from indexer.fts_acl import acl_token, acl_tokens
 from indexer.ports import Hit, LexicalAnalyzer
+from schemas._memo import TextMemo
 from schemas._time import from_epoch_ms, to_epoch_ms
 from schemas.passages import Passage
 
@@ -129,6 +130,29 @@ def row_hit(row: dict[str, object]) -> Hit:
         source_url=str(row["source_url"]),
         chunker_version=str(row["chunker_version"]),
     )
+    return Hit(passage=passage, score=float(str(row["score"])))
+
+
+ROW_FIELDS = (
+    "passage_id", "doc_id", "version", "anchor", "tenant", "acl", "acl_since", "effective_ms", "superseded_ms",
+    "heading_path", "title", "text", "source_url", "chunker_version",
+)  # fmt: skip
+"""Every column row_hit reads: together, a memo key that determines the passage."""
+
+_READ: TextMemo[tuple[object, ...], Passage] = TextMemo(ttl_s=30.0, max_entries=16_384)
+
+
+def read_hit(row: dict[str, object]) -> Hit:
+    """row_hit for the query paths (search, passages by id), with the passage memoised by the row itself.
+
+    Why: a search turned ~100 rows into passages (three JSON documents and a model each), mostly the same
+    rows question after question (issue 22, answers under load). Why it cannot widen access: the key is
+    every column the passage is built from (its tenant, ACL, grant instants and validity included), so
+    a hit is exactly the passage this row would give, and the row was read under the asker's own
+    permission filter before the memo was looked at; a changed row (new ACL, superseded) is another key.
+    Entries live at most 30 s (schemas._memo), within the purge bound, like the process's other memos."""
+    key = tuple(row.get(name) for name in ROW_FIELDS)
+    passage = _READ.get(key, lambda: row_hit(row).passage)
     return Hit(passage=passage, score=float(str(row["score"])))
 
 

@@ -23,6 +23,7 @@ a message (e.g. a validation error) can carry input values.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -33,6 +34,8 @@ from http import HTTPStatus
 from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -206,6 +209,20 @@ class _LazyWorker:
     def built(self) -> bool:
         return self._worker is not None
 
+    @property
+    def ready(self) -> QueryWorker | None:
+        """The worker once built (no lock: one reference read), so a request need not hop to a pool
+        thread just to fetch it."""
+        return self._worker
+
+
+def answer_response(result: AskResult) -> Response:
+    """The validated AskResponse serialised by pydantic in one step: the bytes JSONResponse gave for
+    model_dump() (compact, UTF-8, the same escapes; tests/test_api.py checks it) without the detour
+    through a dict and the json module on the event loop."""
+    body = AskResponse.model_validate(result.public()).model_dump_json()
+    return Response(body, media_type="application/json")
+
 
 async def _read_body(request: Request, limit: int) -> bytes | None:
     """The body, or None when it is larger than limit; stops reading as soon as it is too large."""
@@ -287,8 +304,12 @@ def create_app(
     checks: Mapping[str, Check] | None = None,
     readiness_details: Callable[[], Mapping[str, Any]] | None = None,
     degraded: Callable[[], Mapping[str, str]] | None = None,
+    ask_threads: int | None = None,
 ) -> FastAPI:
     """The API over one QueryWorker made by worker_factory; the caller owns and closes its stores.
+
+    `ask_threads` bounds the questions answered at once (each in a pool thread); the others wait their
+    turn on the event loop. None: the pool's own bound (anyio's, 40, shared with the rest of the app).
 
     `registry` receives the ask metrics (the caller serves it to operators); `checks` are the
     readiness checks /readyz runs besides "the query worker is built"; `readiness_details` adds
@@ -298,6 +319,7 @@ def create_app(
     would not fix a source, and answers are still right for everything that was synced.
     """
     holder = _LazyWorker(worker_factory)
+    limiter = anyio.CapacityLimiter(ask_threads) if ask_threads is not None else None
     registry = registry if registry is not None else CollectorRegistry()
     metrics = AskMetrics(registry)
     readiness: dict[str, Check] = {"query_worker": lambda: None if holder.built else "starting", **(checks or {})}
@@ -346,7 +368,9 @@ def create_app(
         # The body is read here, by hand, only after the token: a refused caller's body is never parsed.
         if credentials is None or not credentials.credentials.strip():
             return unauthorized("no bearer token in the Authorization header")
-        worker = await run_in_threadpool(holder.get)
+        worker = holder.ready
+        if worker is None:
+            worker = await run_in_threadpool(holder.get)
         try:
             principal = worker.tokens.verify(credentials.credentials)
         except InvalidToken as exc:
@@ -370,7 +394,8 @@ def create_app(
 
         started = time.perf_counter()
         try:
-            result = await run_in_threadpool(worker.ask, principal, ask_request.question, ask_request.as_of)
+            ask = functools.partial(worker.ask, principal, ask_request.question, ask_request.as_of)
+            result = await anyio.to_thread.run_sync(ask, limiter=limiter)
         except ModelUnavailable as exc:
             metrics.error("model_unavailable", time.perf_counter() - started)
             log.warning("model unavailable: %s", exc)  # the message is built to carry no prompt text
@@ -386,7 +411,7 @@ def create_app(
             _log_unexpected(exc)
             return JSONResponse({"error": "internal error"}, status_code=500)
         metrics.observe(result, time.perf_counter() - started)
-        return JSONResponse(AskResponse.model_validate(result.public()).model_dump())
+        return answer_response(result)
 
     @app.get("/healthz", summary="Liveness: the process serves requests")
     async def healthz() -> dict[str, str]:

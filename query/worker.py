@@ -153,7 +153,8 @@ class QueryWorker:
                 # A statement citing two passages is two claims (native citations): say it once.
                 answer = " ".join(dict.fromkeys(c.statement for c in claims))
                 result = AskResult(True, answer, claims, None, trace, list(evidence))
-            log.info("%s", trace.model_dump_json())
+            if log.isEnabledFor(logging.INFO):  # serve logs traces only with -vv: no JSON for nobody
+                log.info("%s", trace.model_dump_json())
             return result
 
         first = search(question)

@@ -263,6 +263,7 @@ def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | Non
         download=settings.embed_download,
         query_prefix=settings.embed_query_prefix,
         threads=settings.embed_threads,
+        query_batch=settings.embed_query_batch,
     )
     if inner is None:
         return None

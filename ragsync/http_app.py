@@ -36,7 +36,14 @@ def server_app(
     registry = registry if registry is not None else new_registry()
     register_live(registry, EventLogCollector(lambda: components.events))
     worker = components.query_worker
-    app = create_app(worker, registry=registry, checks=checks, readiness_details=readiness_details, degraded=degraded)
+    app = create_app(
+        worker,
+        registry=registry,
+        checks=checks,
+        readiness_details=readiness_details,
+        degraded=degraded,
+        ask_threads=settings.ask_threads,
+    )
     latency = Histogram(
         "ragsync_http_request_duration_seconds",
         "HTTP requests by method, route template and status.",

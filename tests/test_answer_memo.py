@@ -125,3 +125,57 @@ def test_a_deleted_text_leaves_the_vector_memo_with_the_cache(tmp_path: Path, em
         lexical.close()
         vector.close()
         cached.close()
+
+
+def test_a_memoised_passage_is_always_its_rows_current_one(tmp_path: Path) -> None:
+    """The lexical store's read memo (indexer.sqlite_fts_schema.read_hit) is keyed by the whole row: a
+    passage read again after its ACL changed carries the new ACL and grant instants, never the memoised
+    old one, through a search and through a read by ID; a revoked passage is not read at all."""
+    from datetime import timedelta
+
+    from schemas.principal import AccessFilter
+
+    lexical = SqliteLexicalIndex(tmp_path / "lexical.db")
+    try:
+        passage = make_passage("Refunds are paid within thirty days.", doc_id="refunds.md")
+        lexical.upsert([passage])
+        staff = AccessFilter.for_principal(ANN, NOW)
+        assert lexical.search("refunds", staff, 10, 0.0)[0].passage.acl == ("group:staff",)
+        assert lexical.passages(staff, [passage.passage_id])[0].acl == ("group:staff",)
+        since = {"group:staff": NOW - timedelta(days=1), "group:hr": NOW - timedelta(days=1)}
+        lexical.set_acl("acme", "refunds.md", ["group:hr", "group:staff"], since)
+        searched = lexical.search("refunds", staff, 10, 0.0)[0].passage
+        for read in (searched, lexical.passages(staff, [passage.passage_id])[0]):
+            assert set(read.acl) == {"group:hr", "group:staff"}
+            assert set(read.acl_since) == {"group:hr", "group:staff"}
+        lexical.set_acl("acme", "refunds.md", ["group:hr"], {"group:hr": NOW - timedelta(days=1)})
+        assert lexical.search("refunds", staff, 10, 0.0) == []
+        assert lexical.passages(staff, [passage.passage_id]) == []
+    finally:
+        lexical.close()
+
+
+def test_read_hit_is_row_hit_whatever_the_row_says() -> None:
+    """The memo gives exactly the passage the row gives: rows alike but for one column (the tenant, the
+    ACL, a grant instant, the validity, the text...) are never served each other's passage."""
+    from indexer.sqlite_fts_schema import ROW_FIELDS, read_hit, row_hit
+
+    base: dict[str, object] = {
+        "rid": 1, "passage_id": "doc.md@1#a", "doc_id": "doc.md", "version": 1, "anchor": "a", "tenant": "acme",
+        "acl": '["group:staff"]', "acl_since": '{"group:staff":0}', "effective_ms": 0, "superseded_ms": None,
+        "heading_path": '["H"]', "title": "T", "text": "Refunds are paid within thirty days.",
+        "source_url": "file:///doc.md", "chunker_version": "test", "score": 1.5,
+    }  # fmt: skip
+    changed: dict[str, object] = {
+        "passage_id": "doc.md@1#b", "doc_id": "other.md", "version": 2, "anchor": "b", "tenant": "globex",
+        "acl": '["group:hr"]', "acl_since": '{"group:staff":5}', "effective_ms": 7, "superseded_ms": 9,
+        "heading_path": '["G"]', "title": "U", "text": "Refunds are paid within ten days.",
+        "source_url": "file:///other.md", "chunker_version": "v2",
+    }  # fmt: skip
+    assert set(changed) == set(ROW_FIELDS)
+    assert read_hit(base) == row_hit(base)
+    for name, value in changed.items():
+        row = base | {name: value}
+        assert read_hit(row) == row_hit(row), name
+        assert read_hit(row).passage != read_hit(base).passage, name
+        assert read_hit(base) == row_hit(base)

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import raw_asgi
 from conftest import NOW, make_passage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
@@ -377,3 +379,69 @@ def test_a_store_that_cannot_answer_is_503_not_an_abstention_or_500(
         assert all(QUESTION not in r.getMessage() for r in caplog.records)
     finally:
         gone.close()
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)  # any text but lone surrogates
+
+
+@given(answer=_TEXT, quote=_TEXT, url=_TEXT, answered=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_the_answer_body_is_what_json_response_gave(answer: str, quote: str, url: str, answered: bool) -> None:
+    """answer_response serialises with pydantic instead of model_dump() + JSONResponse (cheaper under
+    load): a client must see the same bytes, escapes and non-ASCII included."""
+    from starlette.responses import JSONResponse
+
+    from query.api import AskResponse, answer_response
+    from query.worker import AskResult, CitedClaim
+    from schemas.decisions import Trace
+
+    trace = Trace(run_id="r", tenant="acme", user="ann", groups=["staff"], as_of=NOW)
+    claims = [CitedClaim(answer, quote, "doc.md@1#a", url)] if answered else []
+    result = AskResult(answered, answer if answered else None, claims, None if answered else GENERIC_ABSTENTION, trace)
+    response = answer_response(result)
+    before = JSONResponse(AskResponse.model_validate(result.public()).model_dump())
+    assert response.body == before.body
+    assert response.headers["content-type"] == before.headers["content-type"]
+
+
+class CountingModel:
+    """The extractive model, holding each decision for a moment and counting the decisions under way."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.inner = ExtractiveModel()
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def decide(self, turn: ModelTurn) -> ToolCall:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            time.sleep(0.05)
+            return self.inner.decide(turn)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+@pytest.mark.parametrize("ask_threads", [1, 3])
+def test_ask_threads_bounds_the_questions_answered_at_once(lexical: SqliteLexicalIndex, ask_threads: int) -> None:
+    """ask_threads questions at most run at once; the others wait their turn and are answered all the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = CountingModel()
+    worker = QueryWorker(Retriever(lexical, None, None, None), model, SECRET)
+    with TestClient(create_app(lambda: worker, ask_threads=ask_threads)) as client:
+
+        def ask(_: int) -> int:
+            return client.post("/v1/ask", json={"question": QUESTION}, headers=bearer(STAFF)).status_code
+
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(ask, range(16)))
+    assert codes == [200] * 16
+    assert model.most == ask_threads
