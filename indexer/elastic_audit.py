@@ -20,6 +20,62 @@ from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.ports import DeletionRecord, PurgeRecord
 from schemas._time import from_epoch_ms
 
+BLOCK_FIELDS: dict[str, Any] = {"last_seq": {"type": "long"}, "links": STORED_ONLY}
+"""A block's fields beside the one-record layout's (`kind`, `tenant`, ... then list every record's)."""
+
+MAX_BLOCK_LINKS = 64
+"""Records per block at most (the writer's turn takes what was queued, up to this)."""
+
+MAX_BLOCK_CHARS = 8 * 1024 * 1024
+"""A block's records' JSON at most (a deletion lists up to MAX_AUDITED_IDS IDs: about 0.5 MB)."""
+
+
+def links_of(src: dict[str, Any]) -> list[tuple[ChainRecord, dict[str, Any]]]:
+    """The records of a stored chain document, each with its filter fields: one, or a block's. Pure."""
+    if "links" not in src:
+        fields: dict[str, Any] = {k: src[k] for k in ("event_id", "tenant", "doc_id", "store") if k in src}
+        record = ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+        return [(record, fields)]
+    return [
+        (ChainRecord(int(e["seq"]), e["kind"], json.loads(e["body"]), e["prev_hash"], e["hash"]), e["fields"])
+        for e in json.loads(src["links"])
+    ]
+
+
+def chain_document(links: list[tuple[ChainRecord, dict[str, str | None]]]) -> dict[str, Any]:
+    """What one create stores for consecutive records: the one-record layout for one, else a block. Pure."""
+    entries = [(link, {k: v for k, v in fields.items() if v is not None}) for link, fields in links]
+    if len(entries) == 1:
+        link, fields = entries[0]
+        return {
+            "seq": link.seq,
+            "kind": link.kind,
+            **fields,
+            "body": canonical(link.body),
+            "prev_hash": link.prev_hash,
+            "hash": link.hash,
+        }
+    keys = ("event_id", "tenant", "doc_id", "store")
+    return {
+        "seq": entries[0][0].seq,
+        "last_seq": entries[-1][0].seq,
+        "kind": sorted({link.kind for link, _ in entries}),
+        **{k: sorted({f[k] for _, f in entries if k in f}) for k in keys},
+        "links": canonical(
+            [
+                {
+                    "seq": link.seq,
+                    "kind": link.kind,
+                    "body": canonical(link.body),
+                    "prev_hash": link.prev_hash,
+                    "hash": link.hash,
+                    "fields": fields,
+                }
+                for link, fields in entries
+            ]
+        ),
+    }
+
 
 @dataclass
 class _Waiting:
@@ -44,6 +100,14 @@ class ElasticDeletionAudit:
     the end is detected too) and a marker per recorded event (`event:<id>`: a redelivered deletion
     adds nothing). The marker is written after the chain record, so a crash in between can at
     worst record an event twice, never lose it. There is no update or delete method.
+
+    Blocks: the writer thread creates the links queued meanwhile with ONE create, a block document
+    whose `_id` is its first seq and whose `links` hold consecutive records (`last_seq` the last),
+    each still hash-linked to the one before. A block is one document, so it takes its numbers all
+    or nothing: a `_bulk` of one create per record would not, since a create after a lost race
+    would succeed and name a predecessor that was never stored, breaking the chain for good. A
+    lone link keeps the one-record layout. Readers flatten blocks (`chain`, `records`, `purges`),
+    so `verify` sees the same records either way, and editing a record inside a block is caught.
     """
 
     def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
@@ -77,8 +141,11 @@ class ElasticDeletionAudit:
                 "body": STORED_ONLY,
                 "prev_hash": STORED_ONLY,
                 "hash": STORED_ONLY,
+                **BLOCK_FIELDS,
             },
         )
+        # Indexes made before blocks lack their two fields (the mapping is strict): adding is idempotent.
+        self._es.indices.put_mapping(index=self.index, properties=BLOCK_FIELDS)
         create_index(
             self._es, self.meta_index, self.prefix, "audit-meta", {"seq": {"type": "long"}, "hash": STORED_ONLY}
         )
@@ -116,12 +183,26 @@ class ElasticDeletionAudit:
     def _id(seq: int) -> str:
         return f"{seq:012d}"
 
-    def _link(self, seq: int) -> ChainRecord | None:
+    def _last_at(self, seq: int) -> ChainRecord | None:
+        """The last record of the document that starts at `seq` (a real-time GET), None if there is none."""
         try:
             src = self._es.get(index=self.index, id=self._id(seq))["_source"]
         except NotFoundError:
             return None
-        return ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+        return links_of(src)[-1][0]
+
+    def _record(self, seq: int) -> ChainRecord | None:
+        """Record `seq` wherever it is: a document of its own, else inside a block (a search)."""
+        try:
+            src = self._es.get(index=self.index, id=self._id(seq))["_source"]
+        except NotFoundError:
+            self._es.indices.refresh(index=self.index)
+            query = {"bool": {"filter": [{"range": {"seq": {"lte": seq}}}, {"range": {"last_seq": {"gte": seq}}}]}}
+            hits = self._es.search(index=self.index, size=1, query=query)["hits"]["hits"]
+            if not hits:
+                return None
+            src = hits[0]["_source"]
+        return next((link for link, _ in links_of(src) if link.seq == seq), None)
 
     def _current_tip(self, *, walk: bool = True) -> tuple[int, str]:
         """The last record: from memory, else the head, then forward by real-time GETs until one is missing.
@@ -135,12 +216,12 @@ class ElasticDeletionAudit:
             head = self.head()
             seq, digest = head if head is not None else (0, GENESIS)
             if seq > 0:
-                found = self._link(seq)
+                found = self._record(seq)
                 if found is None:  # the head is ahead of the records: trust the records, verify reports it
                     seq, digest = 0, GENESIS
             self._tip = (seq, digest)
         seq, digest = self._tip
-        while (nxt := self._link(seq + 1)) is not None:
+        while (nxt := self._last_at(seq + 1)) is not None:
             seq, digest = nxt.seq, nxt.hash
         self._tip = (seq, digest)
         return self._tip
@@ -182,12 +263,19 @@ class ElasticDeletionAudit:
                 batch, self._queue = self._queue, []
             created: list[_Waiting] = []
             with self._lock:
-                for item in batch:
+                for block in _blocks(batch):
                     try:
-                        item.seq = self._create_link(item.kind, item.body, item.fields)
-                        created.append(item)
-                    except Exception as exc:  # this append fails (its caller retries); the others go on
-                        item.error = exc
+                        self._create_links(block)
+                        created.extend(block)
+                    except Exception:
+                        # One create for the block failed: each record alone, so a record that cannot
+                        # be created fails its own append only (its caller retries); the others go on.
+                        for item in block:
+                            try:
+                                self._create_links([item])
+                                created.append(item)
+                            except Exception as exc:
+                                item.error = exc
             if created:
                 try:
                     self._head_to(max(item.seq for item in created))
@@ -197,31 +285,29 @@ class ElasticDeletionAudit:
             for item in batch:
                 item.done.set()
 
-    def _create_link(self, kind: str, body: dict[str, Any], fields: dict[str, str | None]) -> int:
-        """Create the link after the tip (the chain lock held). The create is conditional (create-only
-        `_id`): a record another worker appended meanwhile is a 409, and only then is the chain walked."""
+    def _create_links(self, items: list[_Waiting]) -> None:
+        """Create the items' links after the tip with one create (the chain lock held) and set their
+        seqs. The create is conditional (create-only `_id` = the first seq): a record another worker
+        appended meanwhile is a 409, and then the chain is walked and every link of the block is
+        made again after it (a block is one document: none of its records was stored)."""
         walk = False
         while True:
             seq, prev = self._current_tip(walk=walk)
-            link = make_record(seq + 1, kind, body, prev)
+            links: list[tuple[ChainRecord, dict[str, str | None]]] = []
+            for item in items:
+                link = make_record(seq + 1 + len(links), item.kind, item.body, prev)
+                links.append((link, item.fields))
+                prev = link.hash
+            first, last = links[0][0], links[-1][0]
             try:
-                self._es.create(
-                    index=self.index,
-                    id=self._id(link.seq),
-                    document={
-                        "seq": link.seq,
-                        "kind": kind,
-                        **{k: v for k, v in fields.items() if v is not None},
-                        "body": canonical(link.body),
-                        "prev_hash": link.prev_hash,
-                        "hash": link.hash,
-                    },
-                )
+                self._es.create(index=self.index, id=self._id(first.seq), document=chain_document(links))
             except ConflictError:
                 walk = True  # another worker took this seq: link after its record
                 continue
-            self._tip = (link.seq, link.hash)
-            return link.seq
+            self._tip = (last.seq, last.hash)
+            for item, (link, _) in zip(items, links, strict=True):
+                item.seq = link.seq
+            return
 
     def _head_to(self, seq: int) -> None:
         """Move the head to at least `seq` (created already): to the newest link created, once for
@@ -277,6 +363,9 @@ class ElasticDeletionAudit:
         self._append(KIND_PURGE, purge_body(record), store=record.store)
 
     def _search(self, filters: list[dict[str, Any]]) -> list[ChainRecord]:
+        """The records of the documents the filters select, flattened; a block matches a term filter if
+        any of its records does, so its records are filtered again by their own fields."""
+        wanted = {k: v for f in filters if "term" in f for k, v in f["term"].items()}
         # Appends do not wait for a refresh (a deletion must not wait a refresh interval for its
         # evidence; the chain itself is read by real-time GETs): listings refresh first instead.
         self._es.indices.refresh(index=self.index)
@@ -292,9 +381,10 @@ class ElasticDeletionAudit:
             )
             hits = response["hits"]["hits"]
             for h in hits:
-                src = h["_source"]
-                out.append(
-                    ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+                out.extend(
+                    link
+                    for link, fields in links_of(h["_source"])
+                    if all(fields.get(k) == v if k != "kind" else link.kind == v for k, v in wanted.items())
                 )
             if len(hits) < PAGE_SIZE:
                 return out
@@ -320,13 +410,17 @@ class ElasticDeletionAudit:
         self._es.indices.refresh(index=self.index)
         hits = self._es.search(index=self.index, size=1, query={"term": {"kind": kind}}, sort=[{"seq": "desc"}])
         found = hits["hits"]["hits"]
-        return int(found[0]["_source"]["seq"]) if found else 0
+        if not found:
+            return 0
+        return max((link.seq for link, _ in links_of(found[0]["_source"]) if link.kind == kind), default=0)
 
     def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
         """The head first, then the records up to it: one consistent trail while workers append (a
         record is created before the head moves to it), so every reader counts the same records."""
         head = self.head()
-        return self._search([{"range": {"seq": {"lte": head[0]}}}] if head else []), head
+        if head is None:
+            return self._search([]), head
+        return [r for r in self._search([{"range": {"seq": {"lte": head[0]}}}]) if r.seq <= head[0]], head
 
     def drop_all(self) -> None:
         """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""
@@ -343,3 +437,17 @@ class ElasticDeletionAudit:
         if writer is not None:
             writer.join(60)
         self._es.close()
+
+
+def _blocks(batch: list[_Waiting]) -> list[list[_Waiting]]:
+    """The batch cut into blocks of at most MAX_BLOCK_LINKS records and about MAX_BLOCK_CHARS. Pure."""
+    blocks: list[list[_Waiting]] = []
+    size = 0
+    for item in batch:
+        chars = len(canonical(item.body))
+        if not blocks or len(blocks[-1]) >= MAX_BLOCK_LINKS or size + chars > MAX_BLOCK_CHARS:
+            blocks.append([])
+            size = 0
+        blocks[-1].append(item)
+        size += chars
+    return blocks

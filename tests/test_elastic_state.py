@@ -244,10 +244,10 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
             w.close()
 
 
-def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -> None:
-    """While a create is in flight, later appends queue, and one thread creates all of them back to
-    back; under a plain lock each waited for the lock to be handed over, one thread wake-up at a
-    time, which on a loaded machine cost more than the creates."""
+def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_request(prefix: str) -> None:
+    """While a create is in flight, later appends queue, and one thread creates all of them with ONE
+    create (a block): one request per record kept the deletions of a loaded machine queued behind
+    each other's evidence (converged 2.5 s p50, 3.9 s p99 at a load of 4 busy loops)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -291,9 +291,10 @@ def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -
             release.set()
             for f in [first, *rest]:
                 f.result(60)
-        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one writer created the queued links"
+        assert len(creators) == 2, f"the 5 queued links took {len(creators) - 1} creates, not one"
         links, head = audit.chain()
         assert [link.seq for link in links] == list(range(1, 8)) and verify(links, head) == []
+        assert sorted(r.event_id for r in audit.records()) == sorted(["warm"] + [f"g{i}" for i in range(6)])
     finally:
         release.set()
         audit._es = real
