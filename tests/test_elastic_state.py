@@ -299,3 +299,59 @@ def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_reque
         release.set()
         audit._es = real
         audit.close()
+
+
+def test_states_put_by_concurrent_appliers_share_one_bulk_and_each_is_read_back(prefix: str) -> None:
+    """Twelve appliers put states while one put is in flight: the queued ones go in one `_bulk`
+    (a request each was where a loaded machine's revocations waited after the stores), and each
+    state is there, to a real-time GET of another client, once its own put returned."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from waiting import wait_until
+
+    from indexer.elastic_state import ElasticDocStates
+
+    docs = ElasticDocStates(ES, prefix=prefix)
+    other = ElasticDocStates(ES, prefix=prefix)
+    real = docs._es
+    requests: list[str] = []
+    held, release = threading.Event(), threading.Event()
+
+    class HoldFirstBulk:
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name not in ("bulk", "index"):
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                requests.append(name)
+                if len(requests) == 1:
+                    held.set()
+                    release.wait(30)
+                return attr(*args, **kwargs)
+
+            return call
+
+    def put(i: int) -> None:
+        docs.put(DocState(tenant="acme", doc_id=f"d{i}.md", applied_version=i, acl=("group:staff",)))
+
+    docs._es = HoldFirstBulk()  # type: ignore[assignment]
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(put, 0)]
+            assert held.wait(30)
+            futures += [pool.submit(put, i) for i in range(1, 12)]
+            wait_until(lambda: len(docs._puts._queue) == 11, 10, "the other puts queued")
+            release.set()
+            for f in futures:
+                f.result(60)
+        assert len(requests) == 2, f"12 puts took {len(requests)} requests"
+        for i in range(12):
+            state = other.get("acme", f"d{i}.md")
+            assert state is not None and state.applied_version == i
+    finally:
+        release.set()
+        docs._es = real
+        docs.close()
+        other.close()
