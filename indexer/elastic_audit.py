@@ -6,7 +6,6 @@ waits for a refresh: indexer.elastic_state."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,66 +14,11 @@ from elasticsearch import ConflictError, NotFoundError
 
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
+from indexer.elastic_audit_blocks import BLOCK_FIELDS, blocks, chain_document, links_of
 from indexer.elastic_client import check_prefix, connect
 from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.ports import DeletionRecord, PurgeRecord
 from schemas._time import from_epoch_ms
-
-BLOCK_FIELDS: dict[str, Any] = {"last_seq": {"type": "long"}, "links": STORED_ONLY}
-"""A block's fields beside the one-record layout's (`kind`, `tenant`, ... then list every record's)."""
-
-MAX_BLOCK_LINKS = 64
-"""Records per block at most (the writer's turn takes what was queued, up to this)."""
-
-MAX_BLOCK_CHARS = 8 * 1024 * 1024
-"""A block's records' JSON at most (a deletion lists up to MAX_AUDITED_IDS IDs: about 0.5 MB)."""
-
-
-def links_of(src: dict[str, Any]) -> list[tuple[ChainRecord, dict[str, Any]]]:
-    """The records of a stored chain document, each with its filter fields: one, or a block's. Pure."""
-    if "links" not in src:
-        fields: dict[str, Any] = {k: src[k] for k in ("event_id", "tenant", "doc_id", "store") if k in src}
-        record = ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
-        return [(record, fields)]
-    return [
-        (ChainRecord(int(e["seq"]), e["kind"], json.loads(e["body"]), e["prev_hash"], e["hash"]), e["fields"])
-        for e in json.loads(src["links"])
-    ]
-
-
-def chain_document(links: list[tuple[ChainRecord, dict[str, str | None]]]) -> dict[str, Any]:
-    """What one create stores for consecutive records: the one-record layout for one, else a block. Pure."""
-    entries = [(link, {k: v for k, v in fields.items() if v is not None}) for link, fields in links]
-    if len(entries) == 1:
-        link, fields = entries[0]
-        return {
-            "seq": link.seq,
-            "kind": link.kind,
-            **fields,
-            "body": canonical(link.body),
-            "prev_hash": link.prev_hash,
-            "hash": link.hash,
-        }
-    keys = ("event_id", "tenant", "doc_id", "store")
-    return {
-        "seq": entries[0][0].seq,
-        "last_seq": entries[-1][0].seq,
-        "kind": sorted({link.kind for link, _ in entries}),
-        **{k: sorted({f[k] for _, f in entries if k in f}) for k in keys},
-        "links": canonical(
-            [
-                {
-                    "seq": link.seq,
-                    "kind": link.kind,
-                    "body": canonical(link.body),
-                    "prev_hash": link.prev_hash,
-                    "hash": link.hash,
-                    "fields": fields,
-                }
-                for link, fields in entries
-            ]
-        ),
-    }
 
 
 @dataclass
@@ -125,6 +69,8 @@ class ElasticDeletionAudit:
         self._writer: threading.Thread | None = None
         self._closed = False
         self._head_written = 0
+        self._head_version: tuple[int, int] | None = None
+        """The head's (seq_no, primary_term) as this process last wrote or read it (`_advance_head`)."""
         """The highest seq this process moved the head to (or found it at)."""
         create_index(
             self._es,
@@ -263,7 +209,7 @@ class ElasticDeletionAudit:
                 batch, self._queue = self._queue, []
             created: list[_Waiting] = []
             with self._lock:
-                for block in _blocks(batch):
+                for block in blocks(batch, lambda item: len(canonical(item.body))):
                     try:
                         self._create_links(block)
                         created.extend(block)
@@ -278,7 +224,8 @@ class ElasticDeletionAudit:
                                 item.error = exc
             if created:
                 try:
-                    self._head_to(max(item.seq for item in created))
+                    markers = {f"event:{i.fields['event_id']}": i.seq for i in created if i.fields.get("event_id")}
+                    self._head_to(max(item.seq for item in created), markers)
                 except Exception as exc:  # the links exist, the head did not move: their callers retry
                     for item in created:
                         item.error = exc
@@ -309,39 +256,68 @@ class ElasticDeletionAudit:
                 item.seq = link.seq
             return
 
-    def _head_to(self, seq: int) -> None:
+    def _head_to(self, seq: int, markers: dict[str, int]) -> None:
         """Move the head to at least `seq` (created already): to the newest link created, once for
-        every link created since the last move. The head only ever moves forward."""
+        every link created since the last move. The head only ever moves forward. The deletions'
+        event markers (`event:<id>` -> seq) go in the same request, after their records."""
         with self._head_lock:
-            if self._head_written >= seq:
-                return
             tip = self._tip  # the newest link created (set after its create returned; only moves forward)
-            if tip is not None:
-                self._advance_head(*tip)
-                self._head_written = tip[0]
+            if self._head_written >= seq or tip is None:
+                self._advance_head(None, markers)
+                return
+            self._advance_head(tip, markers)
+            self._head_written = tip[0]
 
-    def _advance_head(self, seq: int, digest: str) -> None:
+    def _advance_head(self, tip: tuple[int, str] | None, markers: dict[str, int]) -> None:
+        """One `_bulk` to the meta index: the head's conditional update and the markers' creates.
+
+        The head is compare-and-set on the version this process last wrote or read (`_head_version`),
+        so moving it costs no read while this worker is the only one moving it; a 409 (another worker
+        moved it) reads it and tries again, only ever forward. A marker that exists stays (409)."""
+        ops: list[dict[str, Any]] = []
+        for marker, at in markers.items():
+            ops += [{"create": {"_index": self.meta_index, "_id": marker}}, {"seq": at}]
         for _ in range(10):
-            try:
-                current = self._es.get(index=self.meta_index, id="head")
-            except NotFoundError:
-                with contextlib.suppress(ConflictError):
-                    self._es.create(index=self.meta_index, id="head", document={"seq": seq, "hash": digest})
-                    return
-                continue
-            if int(current["_source"]["seq"]) >= seq:
+            head_op: list[dict[str, Any]] = []
+            if tip is not None:
+                if self._head_version is None:
+                    try:
+                        current = self._es.get(index=self.meta_index, id="head")
+                    except NotFoundError:
+                        current = None
+                    if current is not None and int(current["_source"]["seq"]) >= tip[0]:
+                        tip = None  # another worker moved it past this one's records
+                    elif current is not None:
+                        self._head_version = (int(current["_seq_no"]), int(current["_primary_term"]))
+                if tip is not None:
+                    cas = (
+                        {"if_seq_no": self._head_version[0], "if_primary_term": self._head_version[1]}
+                        if self._head_version is not None
+                        else {}
+                    )
+                    action = "index" if self._head_version is not None else "create"
+                    head_op = [
+                        {action: {"_index": self.meta_index, "_id": "head", **cas}},
+                        {"seq": tip[0], "hash": tip[1]},
+                    ]
+            if not head_op and not ops:
                 return
-            try:
-                self._es.index(
-                    index=self.meta_index,
-                    id="head",
-                    document={"seq": seq, "hash": digest},
-                    if_seq_no=current["_seq_no"],
-                    if_primary_term=current["_primary_term"],
-                )
+            response = self._es.bulk(operations=[*head_op, *ops]).body
+            items = response.get("items", [])
+            ops = []  # the markers are sent once: created, or there already (409)
+            for item in items[1 if head_op else 0 :]:
+                ((_, result),) = item.items()
+                if int(result.get("status", 200)) not in (200, 201, 409):
+                    raise RuntimeError(f"audit event marker not written: {result.get('error')}")
+            if not head_op:
                 return
-            except ConflictError:
-                continue
+            ((_, result),) = items[0].items()
+            if int(result.get("status", 200)) < 300:
+                self._head_version = (int(result["_seq_no"]), int(result["_primary_term"]))
+                return
+            if int(result.get("status", 0)) != 409:
+                raise RuntimeError(f"audit chain head not moved: {result.get('error')}")
+            self._head_version = None  # another worker moved it: read it and try again
 
     def head(self) -> tuple[int, str] | None:
         try:
@@ -353,11 +329,10 @@ class ElasticDeletionAudit:
     def append(self, record: DeletionRecord) -> None:
         if self._es.exists(index=self.meta_index, id=f"event:{record.event_id}"):
             return  # a redelivered event: the first record stands, unchanged
-        seq = self._append(
+        # its event marker is written with the head, after the record (`_advance_head`)
+        self._append(
             KIND_DELETION, deletion_body(record), event_id=record.event_id, tenant=record.tenant, doc_id=record.doc_id
         )
-        with contextlib.suppress(ConflictError):
-            self._es.create(index=self.meta_index, id=f"event:{record.event_id}", document={"seq": seq})
 
     def append_purge(self, record: PurgeRecord) -> None:
         self._append(KIND_PURGE, purge_body(record), store=record.store)
@@ -437,17 +412,3 @@ class ElasticDeletionAudit:
         if writer is not None:
             writer.join(60)
         self._es.close()
-
-
-def _blocks(batch: list[_Waiting]) -> list[list[_Waiting]]:
-    """The batch cut into blocks of at most MAX_BLOCK_LINKS records and about MAX_BLOCK_CHARS. Pure."""
-    blocks: list[list[_Waiting]] = []
-    size = 0
-    for item in batch:
-        chars = len(canonical(item.body))
-        if not blocks or len(blocks[-1]) >= MAX_BLOCK_LINKS or size + chars > MAX_BLOCK_CHARS:
-            blocks.append([])
-            size = 0
-        blocks[-1].append(item)
-        size += chars
-    return blocks

@@ -220,3 +220,46 @@ def test_a_record_that_cannot_be_created_fails_only_its_own_append(prefix: str) 
         assert sorted(r.event_id for r in audit.records()) == sorted(["p0", "p-first"] + [f"p{i}" for i in range(1, 5)])
     finally:
         audit.close()
+
+
+def test_an_append_costs_three_requests_and_its_marker_still_stops_a_redelivery(prefix: str) -> None:
+    """Once the head is known, an append is: is the event recorded, create the record, then one
+    `_bulk` moving the head (compare-and-set on the version this process wrote) with the event's
+    marker. It was five (the head read, the head write and the marker each a request of their own)."""
+    from indexer.audit_chain import verify
+    from indexer.elastic_audit import ElasticDeletionAudit
+
+    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    other = ElasticDeletionAudit(ES, prefix=prefix)
+    calls: list[str] = []
+    real = audit._es
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if not callable(attr) or name == "indices":
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                calls.append(name)
+                return attr(*args, **kwargs)
+
+            return call
+
+    try:
+        audit.append(record("warm"))
+        audit._es = Counting()  # type: ignore[assignment]
+        for i in range(3):
+            audit.append(record(f"c{i}", i=i))
+        assert calls == ["exists", "create", "bulk"] * 3
+        audit.append(record("c1", i=1))  # redelivered
+        assert calls[-1] == "exists" and len(calls) == 10
+        other.append(record("from-other"))  # moves the head: this process's version is stale
+        audit.append(record("c3", i=3))
+        links, head = audit.chain()
+        assert head == (6, links[-1].hash) and verify(links, head) == []
+        assert sorted(r.event_id for r in audit.records()) == sorted(["warm", "c0", "c1", "c2", "from-other", "c3"])
+    finally:
+        audit._es = real
+        audit.close()
+        other.close()
