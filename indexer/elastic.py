@@ -36,9 +36,11 @@ extra segments). `modules()` reports what the server has, for operators and test
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from indexer.combine import Combiner
 from indexer.elastic_client import (
     BULK_CHUNK,
     PAGE_SIZE,
@@ -67,6 +69,21 @@ from schemas.principal import AccessFilter, since_key
 from schemas.text import query_terms
 
 
+@dataclass(frozen=True)
+class _AclWrite:
+    tenant: str
+    doc_id: str
+    acl: tuple[str, ...]
+    since: dict[str, datetime]
+
+
+def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for tenant, doc_id in docs:
+        out.setdefault(tenant, []).append(doc_id)
+    return out
+
+
 class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
 
@@ -84,6 +101,10 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         super().__init__(url, prefix=prefix, k1=k1, b=b, analyzer=analyzer)
         self.weights = weights
         self._refresh = refresh
+        # Revocations and deletions of concurrent appliers share one search, one `_bulk` and one
+        # forced refresh per write (indexer.combine): one each per event was the appliers' queue.
+        self._acl_writes: Combiner[_AclWrite] = Combiner(self._set_acls, name="ragsync-es-acl")
+        self._doc_deletes: Combiner[tuple[str, str]] = Combiner(self._delete_docs, name="ragsync-es-delete")
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -122,8 +143,11 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                 chunk, items = [], 0
         return conflicts
 
-    def _passages(self, alias: str, filters: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """Every matching passage (id, seq_no, primary_term), paged by `search_after` on passage_id."""
+    def _passages(
+        self, alias: str, filters: list[dict[str, Any]], *, with_doc_id: bool = False
+    ) -> Iterator[dict[str, Any]]:
+        """Every matching passage (id, seq_no, primary_term; `_source.doc_id` if asked), paged by
+        `search_after` on passage_id."""
         if self._refresh not in ("true", "wait_for"):
             # writes of this adapter may not be searchable yet: a revocation must see all of them
             self._es.indices.refresh(index=alias, ignore_unavailable=True)
@@ -134,7 +158,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                 query={"bool": {"filter": filters}},
                 size=PAGE_SIZE,
                 sort=[{"passage_id": "asc"}],
-                source=False,
+                source={"includes": ["doc_id"]} if with_doc_id else False,
                 seq_no_primary_term=True,
                 search_after=after,
                 ignore_unavailable=True,
@@ -149,6 +173,9 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     def _doc_filters(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
         return [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]
 
+    def _docs_filters(self, tenant: str, doc_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"term": {"tenant": tenant}}, {"terms": {"doc_id": sorted(set(doc_ids))}}]
+
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids or not self._alias_exists(tenant):
             return
@@ -156,37 +183,56 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=True)
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:
-        if not self._alias_exists(tenant):
-            return
-        alias = self.alias(tenant)
-        ids = [h["_id"] for h in self._passages(alias, self._doc_filters(tenant, doc_id))]
-        if ids:
-            self._bulk([{"delete": {"_index": alias, "_id": i}} for i in ids], refresh=True)
+        """Every passage of the document, deleted and refreshed before returning (with the deletions of
+        other appliers queued meanwhile: one search, one `_bulk`, one refresh)."""
+        if self._alias_exists(tenant):
+            self._doc_deletes.submit((tenant, doc_id), (tenant, doc_id))
+
+    def _delete_docs(self, docs: list[tuple[str, str]]) -> None:
+        for tenant, doc_ids in _by_tenant(docs).items():
+            alias = self.alias(tenant)
+            ids = [h["_id"] for h in self._passages(alias, self._docs_filters(tenant, doc_ids))]
+            if ids:
+                self._bulk([{"delete": {"_index": alias, "_id": i}} for i in ids], refresh=True)
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
-        """Partial-document update of `acl` and its grant instants on every version; `retry_on_conflict`
-        absorbs a racing write. A partial update merges objects, so the instants of entries no longer
-        in `acl` may stay in `acl_since`: harmless, the filter requires the entry in `acl` as well."""
-        if not self._alias_exists(tenant):
-            return
-        alias = self.alias(tenant)
-        filters = self._doc_filters(tenant, doc_id)
+        """Partial-document update of `acl` and its grant instants on every version, refreshed before
+        returning; `retry_on_conflict` absorbs a racing write. The ACL changes of other appliers queued
+        meanwhile share the search, `_bulk` and refresh (indexer.combine). A partial update merges
+        objects, so the instants of entries no longer in `acl` may stay in `acl_since`: harmless, the
+        filter requires the entry in `acl` as well."""
+        if self._alias_exists(tenant):
+            self._acl_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
+
+    def _set_acls(self, writes: list[_AclWrite]) -> None:
+        pending = {(w.tenant, w.doc_id): w for w in writes}  # one per document (Combiner's keys)
         for _ in range(WRITE_ATTEMPTS):
-            ops: list[dict[str, Any]] = []
-            for h in self._passages(alias, filters):
-                ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
-                ops.append(
-                    {
-                        "doc": {
-                            "acl": list(acl),
-                            "acl_since": since_text(since),
-                            "acl_entries_since": {e: iso(t) for e, t in sorted(since.items())},
+            conflicted: dict[tuple[str, str], _AclWrite] = {}
+            for tenant, doc_ids in _by_tenant(list(pending)).items():
+                alias = self.alias(tenant)
+                ops: list[dict[str, Any]] = []
+                owners: dict[str, _AclWrite] = {}
+                for h in self._passages(alias, self._docs_filters(tenant, doc_ids), with_doc_id=True):
+                    w = pending[(tenant, h["_source"]["doc_id"])]
+                    owners[h["_id"]] = w
+                    ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
+                    ops.append(
+                        {
+                            "doc": {
+                                "acl": list(w.acl),
+                                "acl_since": since_text(w.since),
+                                "acl_entries_since": {e: iso(t) for e, t in sorted(w.since.items())},
+                            }
                         }
-                    }
-                )
-            if not ops or not self._bulk(ops, refresh=True):
+                    )
+                for conflict in self._bulk(ops, refresh=True) if ops else []:
+                    w = owners[conflict["_id"]]
+                    conflicted[(w.tenant, w.doc_id)] = w
+            if not conflicted:
                 return
-        raise ElasticWriteError(f"set_acl {tenant}/{doc_id}: still conflicting after {WRITE_ATTEMPTS} attempts")
+            pending = conflicted
+        names = ", ".join(f"{t}/{d}" for t, d in pending)
+        raise ElasticWriteError(f"set_acl {names}: still conflicting after {WRITE_ATTEMPTS} attempts")
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         """Close validity of older versions still open past the instant; never reopens one."""
@@ -343,4 +389,6 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         """Elasticsearch acknowledges a write once it is durable in the translog: nothing to do."""
 
     def close(self) -> None:
+        self._acl_writes.close()
+        self._doc_deletes.close()
         self._es.close()

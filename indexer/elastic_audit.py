@@ -6,7 +6,6 @@ waits for a refresh: indexer.elastic_state."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from elasticsearch import ConflictError, NotFoundError
 
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
 from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
+from indexer.elastic_audit_blocks import BLOCK_FIELDS, blocks, chain_document, links_of
 from indexer.elastic_client import check_prefix, connect
 from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.ports import DeletionRecord, PurgeRecord
@@ -44,6 +44,14 @@ class ElasticDeletionAudit:
     the end is detected too) and a marker per recorded event (`event:<id>`: a redelivered deletion
     adds nothing). The marker is written after the chain record, so a crash in between can at
     worst record an event twice, never lose it. There is no update or delete method.
+
+    Blocks: the writer thread creates the links queued meanwhile with ONE create, a block document
+    whose `_id` is its first seq and whose `links` hold consecutive records (`last_seq` the last),
+    each still hash-linked to the one before. A block is one document, so it takes its numbers all
+    or nothing: a `_bulk` of one create per record would not, since a create after a lost race
+    would succeed and name a predecessor that was never stored, breaking the chain for good. A
+    lone link keeps the one-record layout. Readers flatten blocks (`chain`, `records`, `purges`),
+    so `verify` sees the same records either way, and editing a record inside a block is caught.
     """
 
     def __init__(self, url: str, *, prefix: str = "ragsync") -> None:
@@ -61,6 +69,8 @@ class ElasticDeletionAudit:
         self._writer: threading.Thread | None = None
         self._closed = False
         self._head_written = 0
+        self._head_version: tuple[int, int] | None = None
+        """The head's (seq_no, primary_term) as this process last wrote or read it (`_advance_head`)."""
         """The highest seq this process moved the head to (or found it at)."""
         create_index(
             self._es,
@@ -77,8 +87,11 @@ class ElasticDeletionAudit:
                 "body": STORED_ONLY,
                 "prev_hash": STORED_ONLY,
                 "hash": STORED_ONLY,
+                **BLOCK_FIELDS,
             },
         )
+        # Indexes made before blocks lack their two fields (the mapping is strict): adding is idempotent.
+        self._es.indices.put_mapping(index=self.index, properties=BLOCK_FIELDS)
         create_index(
             self._es, self.meta_index, self.prefix, "audit-meta", {"seq": {"type": "long"}, "hash": STORED_ONLY}
         )
@@ -116,12 +129,26 @@ class ElasticDeletionAudit:
     def _id(seq: int) -> str:
         return f"{seq:012d}"
 
-    def _link(self, seq: int) -> ChainRecord | None:
+    def _last_at(self, seq: int) -> ChainRecord | None:
+        """The last record of the document that starts at `seq` (a real-time GET), None if there is none."""
         try:
             src = self._es.get(index=self.index, id=self._id(seq))["_source"]
         except NotFoundError:
             return None
-        return ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+        return links_of(src)[-1][0]
+
+    def _record(self, seq: int) -> ChainRecord | None:
+        """Record `seq` wherever it is: a document of its own, else inside a block (a search)."""
+        try:
+            src = self._es.get(index=self.index, id=self._id(seq))["_source"]
+        except NotFoundError:
+            self._es.indices.refresh(index=self.index)
+            query = {"bool": {"filter": [{"range": {"seq": {"lte": seq}}}, {"range": {"last_seq": {"gte": seq}}}]}}
+            hits = self._es.search(index=self.index, size=1, query=query)["hits"]["hits"]
+            if not hits:
+                return None
+            src = hits[0]["_source"]
+        return next((link for link, _ in links_of(src) if link.seq == seq), None)
 
     def _current_tip(self, *, walk: bool = True) -> tuple[int, str]:
         """The last record: from memory, else the head, then forward by real-time GETs until one is missing.
@@ -135,12 +162,12 @@ class ElasticDeletionAudit:
             head = self.head()
             seq, digest = head if head is not None else (0, GENESIS)
             if seq > 0:
-                found = self._link(seq)
+                found = self._record(seq)
                 if found is None:  # the head is ahead of the records: trust the records, verify reports it
                     seq, digest = 0, GENESIS
             self._tip = (seq, digest)
         seq, digest = self._tip
-        while (nxt := self._link(seq + 1)) is not None:
+        while (nxt := self._last_at(seq + 1)) is not None:
             seq, digest = nxt.seq, nxt.hash
         self._tip = (seq, digest)
         return self._tip
@@ -182,80 +209,115 @@ class ElasticDeletionAudit:
                 batch, self._queue = self._queue, []
             created: list[_Waiting] = []
             with self._lock:
-                for item in batch:
+                for block in blocks(batch, lambda item: len(canonical(item.body))):
                     try:
-                        item.seq = self._create_link(item.kind, item.body, item.fields)
-                        created.append(item)
-                    except Exception as exc:  # this append fails (its caller retries); the others go on
-                        item.error = exc
+                        self._create_links(block)
+                        created.extend(block)
+                    except Exception:
+                        # One create for the block failed: each record alone, so a record that cannot
+                        # be created fails its own append only (its caller retries); the others go on.
+                        for item in block:
+                            try:
+                                self._create_links([item])
+                                created.append(item)
+                            except Exception as exc:
+                                item.error = exc
             if created:
                 try:
-                    self._head_to(max(item.seq for item in created))
+                    markers = {f"event:{i.fields['event_id']}": i.seq for i in created if i.fields.get("event_id")}
+                    self._head_to(max(item.seq for item in created), markers)
                 except Exception as exc:  # the links exist, the head did not move: their callers retry
                     for item in created:
                         item.error = exc
             for item in batch:
                 item.done.set()
 
-    def _create_link(self, kind: str, body: dict[str, Any], fields: dict[str, str | None]) -> int:
-        """Create the link after the tip (the chain lock held). The create is conditional (create-only
-        `_id`): a record another worker appended meanwhile is a 409, and only then is the chain walked."""
+    def _create_links(self, items: list[_Waiting]) -> None:
+        """Create the items' links after the tip with one create (the chain lock held) and set their
+        seqs. The create is conditional (create-only `_id` = the first seq): a record another worker
+        appended meanwhile is a 409, and then the chain is walked and every link of the block is
+        made again after it (a block is one document: none of its records was stored)."""
         walk = False
         while True:
             seq, prev = self._current_tip(walk=walk)
-            link = make_record(seq + 1, kind, body, prev)
+            links: list[tuple[ChainRecord, dict[str, str | None]]] = []
+            for item in items:
+                link = make_record(seq + 1 + len(links), item.kind, item.body, prev)
+                links.append((link, item.fields))
+                prev = link.hash
+            first, last = links[0][0], links[-1][0]
             try:
-                self._es.create(
-                    index=self.index,
-                    id=self._id(link.seq),
-                    document={
-                        "seq": link.seq,
-                        "kind": kind,
-                        **{k: v for k, v in fields.items() if v is not None},
-                        "body": canonical(link.body),
-                        "prev_hash": link.prev_hash,
-                        "hash": link.hash,
-                    },
-                )
+                self._es.create(index=self.index, id=self._id(first.seq), document=chain_document(links))
             except ConflictError:
                 walk = True  # another worker took this seq: link after its record
                 continue
-            self._tip = (link.seq, link.hash)
-            return link.seq
+            self._tip = (last.seq, last.hash)
+            for item, (link, _) in zip(items, links, strict=True):
+                item.seq = link.seq
+            return
 
-    def _head_to(self, seq: int) -> None:
+    def _head_to(self, seq: int, markers: dict[str, int]) -> None:
         """Move the head to at least `seq` (created already): to the newest link created, once for
-        every link created since the last move. The head only ever moves forward."""
+        every link created since the last move. The head only ever moves forward. The deletions'
+        event markers (`event:<id>` -> seq) go in the same request, after their records."""
         with self._head_lock:
-            if self._head_written >= seq:
-                return
             tip = self._tip  # the newest link created (set after its create returned; only moves forward)
-            if tip is not None:
-                self._advance_head(*tip)
-                self._head_written = tip[0]
+            if self._head_written >= seq or tip is None:
+                self._advance_head(None, markers)
+                return
+            self._advance_head(tip, markers)
+            self._head_written = tip[0]
 
-    def _advance_head(self, seq: int, digest: str) -> None:
+    def _advance_head(self, tip: tuple[int, str] | None, markers: dict[str, int]) -> None:
+        """One `_bulk` to the meta index: the head's conditional update and the markers' creates.
+
+        The head is compare-and-set on the version this process last wrote or read (`_head_version`),
+        so moving it costs no read while this worker is the only one moving it; a 409 (another worker
+        moved it) reads it and tries again, only ever forward. A marker that exists stays (409)."""
+        ops: list[dict[str, Any]] = []
+        for marker, at in markers.items():
+            ops += [{"create": {"_index": self.meta_index, "_id": marker}}, {"seq": at}]
         for _ in range(10):
-            try:
-                current = self._es.get(index=self.meta_index, id="head")
-            except NotFoundError:
-                with contextlib.suppress(ConflictError):
-                    self._es.create(index=self.meta_index, id="head", document={"seq": seq, "hash": digest})
-                    return
-                continue
-            if int(current["_source"]["seq"]) >= seq:
+            head_op: list[dict[str, Any]] = []
+            if tip is not None:
+                if self._head_version is None:
+                    try:
+                        current = self._es.get(index=self.meta_index, id="head")
+                    except NotFoundError:
+                        current = None
+                    if current is not None and int(current["_source"]["seq"]) >= tip[0]:
+                        tip = None  # another worker moved it past this one's records
+                    elif current is not None:
+                        self._head_version = (int(current["_seq_no"]), int(current["_primary_term"]))
+                if tip is not None:
+                    cas = (
+                        {"if_seq_no": self._head_version[0], "if_primary_term": self._head_version[1]}
+                        if self._head_version is not None
+                        else {}
+                    )
+                    action = "index" if self._head_version is not None else "create"
+                    head_op = [
+                        {action: {"_index": self.meta_index, "_id": "head", **cas}},
+                        {"seq": tip[0], "hash": tip[1]},
+                    ]
+            if not head_op and not ops:
                 return
-            try:
-                self._es.index(
-                    index=self.meta_index,
-                    id="head",
-                    document={"seq": seq, "hash": digest},
-                    if_seq_no=current["_seq_no"],
-                    if_primary_term=current["_primary_term"],
-                )
+            response = self._es.bulk(operations=[*head_op, *ops]).body
+            items = response.get("items", [])
+            ops = []  # the markers are sent once: created, or there already (409)
+            for item in items[1 if head_op else 0 :]:
+                ((_, result),) = item.items()
+                if int(result.get("status", 200)) not in (200, 201, 409):
+                    raise RuntimeError(f"audit event marker not written: {result.get('error')}")
+            if not head_op:
                 return
-            except ConflictError:
-                continue
+            ((_, result),) = items[0].items()
+            if int(result.get("status", 200)) < 300:
+                self._head_version = (int(result["_seq_no"]), int(result["_primary_term"]))
+                return
+            if int(result.get("status", 0)) != 409:
+                raise RuntimeError(f"audit chain head not moved: {result.get('error')}")
+            self._head_version = None  # another worker moved it: read it and try again
 
     def head(self) -> tuple[int, str] | None:
         try:
@@ -267,16 +329,18 @@ class ElasticDeletionAudit:
     def append(self, record: DeletionRecord) -> None:
         if self._es.exists(index=self.meta_index, id=f"event:{record.event_id}"):
             return  # a redelivered event: the first record stands, unchanged
-        seq = self._append(
+        # its event marker is written with the head, after the record (`_advance_head`)
+        self._append(
             KIND_DELETION, deletion_body(record), event_id=record.event_id, tenant=record.tenant, doc_id=record.doc_id
         )
-        with contextlib.suppress(ConflictError):
-            self._es.create(index=self.meta_index, id=f"event:{record.event_id}", document={"seq": seq})
 
     def append_purge(self, record: PurgeRecord) -> None:
         self._append(KIND_PURGE, purge_body(record), store=record.store)
 
     def _search(self, filters: list[dict[str, Any]]) -> list[ChainRecord]:
+        """The records of the documents the filters select, flattened; a block matches a term filter if
+        any of its records does, so its records are filtered again by their own fields."""
+        wanted = {k: v for f in filters if "term" in f for k, v in f["term"].items()}
         # Appends do not wait for a refresh (a deletion must not wait a refresh interval for its
         # evidence; the chain itself is read by real-time GETs): listings refresh first instead.
         self._es.indices.refresh(index=self.index)
@@ -292,9 +356,10 @@ class ElasticDeletionAudit:
             )
             hits = response["hits"]["hits"]
             for h in hits:
-                src = h["_source"]
-                out.append(
-                    ChainRecord(int(src["seq"]), src["kind"], json.loads(src["body"]), src["prev_hash"], src["hash"])
+                out.extend(
+                    link
+                    for link, fields in links_of(h["_source"])
+                    if all(fields.get(k) == v if k != "kind" else link.kind == v for k, v in wanted.items())
                 )
             if len(hits) < PAGE_SIZE:
                 return out
@@ -320,13 +385,17 @@ class ElasticDeletionAudit:
         self._es.indices.refresh(index=self.index)
         hits = self._es.search(index=self.index, size=1, query={"term": {"kind": kind}}, sort=[{"seq": "desc"}])
         found = hits["hits"]["hits"]
-        return int(found[0]["_source"]["seq"]) if found else 0
+        if not found:
+            return 0
+        return max((link.seq for link, _ in links_of(found[0]["_source"]) if link.kind == kind), default=0)
 
     def chain(self) -> tuple[list[ChainRecord], tuple[int, str] | None]:
         """The head first, then the records up to it: one consistent trail while workers append (a
         record is created before the head moves to it), so every reader counts the same records."""
         head = self.head()
-        return self._search([{"range": {"seq": {"lte": head[0]}}}] if head else []), head
+        if head is None:
+            return self._search([]), head
+        return [r for r in self._search([{"range": {"seq": {"lte": head[0]}}}]) if r.seq <= head[0]], head
 
     def drop_all(self) -> None:
         """Delete this prefix's audit indexes (tests only: production audits are never dropped)."""

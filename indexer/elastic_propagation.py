@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from indexer.combine import Combiner
 from indexer.elastic_client import check_prefix, connect
 from indexer.elastic_state import PAGE_SIZE, STORED_ONLY, create_index
 from indexer.propagation import PropagationRecord, from_row, to_row
@@ -35,12 +36,17 @@ class ElasticPropagationLog:
                 "row": STORED_ONLY,
             },
         )
+        self._writes: Combiner[list[PropagationRecord]] = Combiner(self._record_many, name="ragsync-es-propagation")
 
     def record(self, records: Sequence[PropagationRecord]) -> None:
-        if not records:
-            return
+        """Written with the records of the other appliers' confirmations queued meanwhile: one `_bulk`
+        (indexer.combine); each applier used to hold its actor for a request of its own."""
+        if records:
+            self._writes.submit(list(records), object())
+
+    def _record_many(self, batches: list[list[PropagationRecord]]) -> None:
         ops: list[dict[str, Any]] = []
-        for r in records:
+        for r in (r for batch in batches for r in batch):
             ops.append({"index": {"_index": self.index, "_id": r.event_id}})
             ops.append(
                 {
@@ -79,4 +85,5 @@ class ElasticPropagationLog:
         self._es.indices.delete(index=self.index, ignore_unavailable=True)
 
     def close(self) -> None:
+        self._writes.close()
         self._es.close()

@@ -19,7 +19,8 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-from indexer.elastic_client import check_prefix, connect
+from indexer.combine import Combiner
+from indexer.elastic_client import check_prefix, connect, raise_bulk_errors
 from indexer.ports import DocState, grants_json, with_grants_json
 
 PAGE_SIZE = 1000
@@ -99,6 +100,9 @@ class ElasticDocStates:
         self._es.indices.put_mapping(
             index=self.index, properties={"tombstone_version": {"type": "long"}, "grants": STORED_ONLY}
         )
+        # The states of concurrent appliers share one `_bulk` (indexer.combine): a request each was
+        # where a loaded machine's revocations and deletions waited longest after the stores (py-spy).
+        self._puts: Combiner[tuple[str, dict[str, Any]]] = Combiner(self._put_many, name="ragsync-es-states")
 
     def get(self, tenant: str, doc_id: str) -> DocState | None:
         try:
@@ -137,7 +141,15 @@ class ElasticDocStates:
         doc["passage_ids"] = list(state.passage_ids)
         # No refresh wait: every read of a state is a real-time GET by ID, and a revocation or deletion
         # must not wait a refresh interval (1 s) for its bookkeeping. Searches refresh first.
-        self._es.index(index=self.index, id=state_id(state.tenant, state.doc_id), document=doc)
+        key = state_id(state.tenant, state.doc_id)
+        self._puts.submit((key, doc), key)
+
+    def _put_many(self, states: list[tuple[str, dict[str, Any]]]) -> None:
+        """One `_bulk` of index operations, acknowledged durable (translog) like one `index` each."""
+        ops: list[dict[str, Any]] = []
+        for key, doc in states:
+            ops += [{"index": {"_index": self.index, "_id": key}}, doc]
+        raise_bulk_errors(self._es.bulk(operations=ops).body, ignore_missing=False)
 
     def chunker_versions(self) -> set[str]:
         """Chunker versions of live documents (a terms aggregation), like SqliteDocStates'."""
@@ -172,4 +184,5 @@ class ElasticDocStates:
         """Nothing is held back, so nothing to forget."""
 
     def close(self) -> None:
+        self._puts.close()
         self._es.close()

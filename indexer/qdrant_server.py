@@ -42,6 +42,7 @@ import httpx
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
+from indexer.combine import Combiner
 from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
 from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
 from schemas._time import to_epoch_ms
@@ -179,6 +180,10 @@ class QdrantVectorIndex:
         self.local = bool(options.get("path")) or options.get("location") == ":memory:"
         self._lock = threading.RLock()
         self._ensure_collection()
+        # The ACL changes and deletions of concurrent appliers share one request (indexer.combine).
+        self._writes: Combiner[models.SetPayloadOperation | models.DeleteOperation] = Combiner(
+            self._batch, name="ragsync-qdrant-writes"
+        )
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -255,13 +260,17 @@ class QdrantVectorIndex:
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         # `acl_since` is replaced whole: set_payload overwrites a top-level key, it does not merge into it.
         payload = {"acl": list(acl), "acl_since": since_ms(since)}
-        with self._guard():
-            self._client.set_payload(self.collection, payload=payload, points=_doc_filter(tenant, doc_id), wait=True)
+        change = models.SetPayload(payload=payload, filter=_doc_filter(tenant, doc_id))
+        self._writes.submit(models.SetPayloadOperation(set_payload=change), (tenant, doc_id))
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:
         selector = models.FilterSelector(filter=_doc_filter(tenant, doc_id))
+        self._writes.submit(models.DeleteOperation(delete=selector), (tenant, doc_id))
+
+    def _batch(self, operations: list[models.SetPayloadOperation | models.DeleteOperation]) -> None:
+        """One request, applied in order and acknowledged once durable (wait=True), as each alone was."""
         with self._guard():
-            self._client.delete(self.collection, points_selector=selector, wait=True)
+            self._client.batch_update_points(self.collection, update_operations=operations, wait=True)
 
     def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
@@ -401,5 +410,6 @@ class QdrantVectorIndex:
         """Every write waits for the server's acknowledgement (durable in its WAL): nothing to do."""
 
     def close(self) -> None:
+        self._writes.close()
         with self._guard():
             self._client.close()

@@ -97,6 +97,12 @@ waiting on the CPU, not saturated, so more requests in flight turn that queue in
 ACCESS_THREADS = 2 * REVOCATION_CONCURRENCY
 """One thread per actor of the ACL and deletion topics: an applier never waits for a free thread."""
 
+DENY_BATCH = 500
+"""Records whose deny entries one write takes at most."""
+
+DENY_WINDOW_S = 0.005
+"""How long the deny agent waits for more records before writing what it has: the latency it adds."""
+
 DOCUMENTS_NICE = 10
 """How much the documents thread lowers its OS priority (Linux `nice` is per thread). Embedding and
 chunking are the worker's CPU-bound work; at nice 10 they take the CPU the access appliers, the event
@@ -224,6 +230,11 @@ class Indexer:
         """
         if self.tracker is not None:
             await asyncio.get_running_loop().run_in_executor(self._deny_pool, self.tracker.consumed, record)
+
+    async def deny_many(self, records: list[Record]) -> None:
+        """`deny` for the records fetched together: one thread hop and one deny-set write for all."""
+        if self.tracker is not None and records:
+            await asyncio.get_running_loop().run_in_executor(self._deny_pool, self.tracker.consumed_many, records)
 
     async def apply(self, record: Record) -> str | None:
         """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None."""
@@ -410,10 +421,11 @@ def build_app(
         """
 
         async def agent(stream: Any) -> None:
-            manual = stream.noack()
-            async for event in manual.events():
-                await indexer.deny(_record(logical, event.message))
-                await manual.ack(event)
+            # What arrived within DENY_WINDOW_S goes in one write: one event at a time, each with its
+            # thread hop and round trip, the deny path of a loaded worker queued (1.9 s p99 at a
+            # load of 25, against 0.05 s p50). `take_events` acks each batch once this body is done.
+            async for events in stream.take_events(DENY_BATCH, within=DENY_WINDOW_S):
+                await indexer.deny_many([_record(logical, e.message) for e in events])
 
         agent.__name__ = agent.__qualname__ = f"deny_{logical}"
         return agent

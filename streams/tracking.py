@@ -112,6 +112,39 @@ class Tracker:
             self._pending.setdefault(event.event_id, pending)
             return self._pending[event.event_id]
 
+    def consumed_many(self, records: Sequence[Record]) -> None:
+        """`consumed` for a batch of records: the deny entries in one write when the set takes several
+        at once (RedisDenySet.add_many), each event's `consumed_at` the instant before that write."""
+        add_many = getattr(self.deny, "add_many", None)
+        if add_many is None:
+            for record in records:
+                self.consumed(record)
+            return
+        at = self.clock()
+        fresh: list[tuple[Record, Event]] = []
+        with self._lock:
+            for record in records:
+                event = try_decode(record)
+                if isinstance(event, InvalidEvent) or event.kind not in TRACKED:
+                    continue
+                if event.event_id not in self._pending and event.event_id not in self._done:
+                    fresh.append((record, event))
+        entries = [e for _, event in fresh if (e := deny_entry(event, at)) is not None]
+        try:
+            add_many(entries)
+        except (DenyUnavailable, OSError) as exc:
+            self._warn(f"deny set unavailable, {len(entries)} revocations and deletions wait for the stores: {exc}")
+        overtaken: list[Event] = []
+        with self._lock:
+            for record, event in fresh:
+                if event.event_id in self._done:
+                    overtaken.append(event)  # confirmed while this batch was written: its entry goes
+                    continue
+                published = from_epoch_ms(record.timestamp_ms) if record.timestamp_ms is not None else None
+                self._pending.setdefault(event.event_id, Pending(event, at, published))
+        for event in overtaken:
+            self._clear(event.tenant, event.doc_id, event.version)
+
     # ---- 2. applied --------------------------------------------------------------------------
 
     def applied(self, record: Record, event: Event | InvalidEvent, result: ApplyResult | None) -> None:

@@ -133,3 +133,36 @@ def test_without_the_deny_set_answers_come_from_the_stores(parts: dict[str, Any]
     assert not ask(parts).answered
     assert parts["worker"].retriever.deny_unavailable >= 1
     assert ask(parts, ANN).answered is False
+
+
+def test_records_fetched_together_are_denied_with_one_write_and_confirmed_as_before() -> None:
+    """The cluster deny agent hands the tracker every record fetched together: one deny-set write
+    for all (Redis), each event pending from the instant before it, cleared by its confirmation; a
+    record seen again adds nothing, and an upsert or a bad record is skipped."""
+    from conftest import require_service, unique
+
+    from indexer.redis_deny import RedisDenySet
+
+    require_service("redis")
+    deny = RedisDenySet("redis://127.0.0.1:6379/0", namespace=unique("t"))
+    writes: list[int] = []
+    real = deny.add_many
+    deny.add_many = lambda entries: writes.append(len(entries)) or real(entries)  # type: ignore[method-assign]
+    tracker = Tracker(deny, None)
+    try:
+        events = [acl(2, ("group:hr",), doc=f"t:{i}.md") for i in range(3)] + [delete(3, doc="t:gone.md")]
+        bad = Record("acl", 0, 9, "acme/t:x.md", b"{not json", None)
+        records = [record(e, i) for i, e in enumerate(events)] + [record(upsert(1, TEXT), 7), bad]
+        tracker.consumed_many(records)
+        assert writes == [4] and tracker.pending() == 4
+        denied = deny.lookup("acme", [f"t:{i}.md" for i in range(3)] + ["t:gone.md"])
+        assert sorted((e.doc_id, e.kind) for e in denied) == sorted(
+            [(f"t:{i}.md", DenyKind.ACL) for i in range(3)] + [("t:gone.md", DenyKind.DELETED)]
+        )
+        tracker.consumed_many(records[:2])  # redelivered: already pending
+        assert writes == [4, 0]
+        tracker.confirmed(events)
+        assert tracker.pending() == 0 and deny.entries() == []
+    finally:
+        deny.drop_all()
+        deny.close()

@@ -380,3 +380,74 @@ def test_an_index_built_with_another_analyzer_refuses_writes(make_index: Callabl
     with pytest.raises(StoreUnavailable, match="built with the 'standard' analyzer"):
         english.upsert([make_passage("Refunds are issued within 60 days.", anchor="r-2")])
     assert ids(standard.search("refunds", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
+
+
+def test_concurrent_revocations_and_deletions_share_bulk_requests_and_each_is_visible(
+    make_index: Callable[..., Any],
+) -> None:
+    """Twelve appliers revoke (then delete) twelve documents at once while one write is in flight:
+    the queued ones share one search, one `_bulk` and one refresh (each applier used to send its own
+    `_bulk` with a forced refresh), and every change is visible to the next query of any client
+    as soon as its own call returned."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from waiting import wait_until
+
+    writer = make_index()
+    reader = make_index(prefix=writer.prefix)
+    docs = [f"d{i:02d}.md" for i in range(12)]
+    writer.upsert(
+        [make_passage(f"Quarterly figures {d}.", doc_id=d, anchor=f"a-{v}", version=v) for d in docs for v in (1, 2)]
+    )
+    assert len(reader.search("quarterly figures", STAFF, 100, 0.0)) == 24
+    real = writer._es
+    bulks: list[int] = []
+    held, release = threading.Event(), threading.Event()
+
+    class HoldFirstBulk:
+        """The real client; the first `_bulk` waits until the other calls have queued."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name != "bulk":
+                return attr
+
+            def bulk(*args: Any, **kwargs: Any) -> Any:
+                bulks.append(len(kwargs["operations"]))
+                if len(bulks) == 1:
+                    held.set()
+                    release.wait(30)
+                return attr(*args, **kwargs)
+
+            return bulk
+
+    def concurrently(call: Callable[[str], None], queue: Any) -> None:
+        held.clear()
+        release.clear()
+        bulks.clear()
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(call, docs[0])]
+            assert held.wait(30)
+            futures += [pool.submit(call, d) for d in docs[1:]]
+            wait_until(lambda: len(queue._queue) == 11, 10, "the other appliers queued")
+            release.set()
+            for f in futures:
+                f.result(60)
+
+    writer._es = HoldFirstBulk()
+    try:
+        revoke = lambda d: writer.set_acl("acme", d, ["group:board"], {})  # noqa: E731
+        concurrently(revoke, writer._acl_writes)
+        assert len(bulks) == 2, f"12 revocations took {len(bulks)} bulk requests"
+        assert reader.search("quarterly figures", STAFF, 100, 0.0) == []
+        board = AccessFilter("acme", ("group:board",), NOW)
+        assert len(reader.search("quarterly figures", board, 100, 0.0)) == 24
+
+        concurrently(lambda d: writer.delete_doc("acme", d), writer._doc_deletes)
+        assert len(bulks) == 2, f"12 deletions took {len(bulks)} bulk requests"
+        assert reader.search("quarterly figures", board, 100, 0.0) == []
+        assert all(reader.count("acme", d) == 0 for d in docs)
+    finally:
+        release.set()
+        writer._es = real

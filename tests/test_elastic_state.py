@@ -244,10 +244,10 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
             w.close()
 
 
-def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -> None:
-    """While a create is in flight, later appends queue, and one thread creates all of them back to
-    back; under a plain lock each waited for the lock to be handed over, one thread wake-up at a
-    time, which on a loaded machine cost more than the creates."""
+def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_request(prefix: str) -> None:
+    """While a create is in flight, later appends queue, and one thread creates all of them with ONE
+    create (a block): one request per record kept the deletions of a loaded machine queued behind
+    each other's evidence (converged 2.5 s p50, 3.9 s p99 at a load of 4 busy loops)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -291,10 +291,67 @@ def test_appends_queued_behind_a_create_are_created_by_one_writer(prefix: str) -
             release.set()
             for f in [first, *rest]:
                 f.result(60)
-        assert len(creators) == 6 and len(set(creators[1:])) == 1, "one writer created the queued links"
+        assert len(creators) == 2, f"the 5 queued links took {len(creators) - 1} creates, not one"
         links, head = audit.chain()
         assert [link.seq for link in links] == list(range(1, 8)) and verify(links, head) == []
+        assert sorted(r.event_id for r in audit.records()) == sorted(["warm"] + [f"g{i}" for i in range(6)])
     finally:
         release.set()
         audit._es = real
         audit.close()
+
+
+def test_states_put_by_concurrent_appliers_share_one_bulk_and_each_is_read_back(prefix: str) -> None:
+    """Twelve appliers put states while one put is in flight: the queued ones go in one `_bulk`
+    (a request each was where a loaded machine's revocations waited after the stores), and each
+    state is there, to a real-time GET of another client, once its own put returned."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from waiting import wait_until
+
+    from indexer.elastic_state import ElasticDocStates
+
+    docs = ElasticDocStates(ES, prefix=prefix)
+    other = ElasticDocStates(ES, prefix=prefix)
+    real = docs._es
+    requests: list[str] = []
+    held, release = threading.Event(), threading.Event()
+
+    class HoldFirstBulk:
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(real, name)
+            if name not in ("bulk", "index"):
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                requests.append(name)
+                if len(requests) == 1:
+                    held.set()
+                    release.wait(30)
+                return attr(*args, **kwargs)
+
+            return call
+
+    def put(i: int) -> None:
+        docs.put(DocState(tenant="acme", doc_id=f"d{i}.md", applied_version=i, acl=("group:staff",)))
+
+    docs._es = HoldFirstBulk()  # type: ignore[assignment]
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(put, 0)]
+            assert held.wait(30)
+            futures += [pool.submit(put, i) for i in range(1, 12)]
+            wait_until(lambda: len(docs._puts._queue) == 11, 10, "the other puts queued")
+            release.set()
+            for f in futures:
+                f.result(60)
+        assert len(requests) == 2, f"12 puts took {len(requests)} requests"
+        for i in range(12):
+            state = other.get("acme", f"d{i}.md")
+            assert state is not None and state.applied_version == i
+    finally:
+        release.set()
+        docs._es = real
+        docs.close()
+        other.close()

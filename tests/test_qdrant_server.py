@@ -123,6 +123,75 @@ def test_one_collection_tenant_keyed_with_payload_only_acl_updates() -> None:
         index.close()
 
 
+def test_concurrent_revocations_and_deletions_share_requests_and_each_is_applied() -> None:
+    """Twelve appliers revoke (then delete) twelve documents while one request is in flight: the
+    queued changes go in one request (each applier used to send its own), applied in order and
+    acknowledged once durable; each call returns only once its own change is there."""
+    require_service("qdrant")
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    from conftest import DIM, NOW, make_passage, unique, unit
+    from waiting import wait_until
+
+    from indexer.qdrant_server import QdrantVectorIndex
+    from schemas.principal import AccessFilter
+
+    index = QdrantVectorIndex(connect(QDRANT_URL), DIM, collection=unique("test_combined_"))
+    docs = [f"d{i:02d}.md" for i in range(12)]
+    real = index._client
+    requests: list[int] = []
+    held, release = threading.Event(), threading.Event()
+
+    class HoldFirstRequest:
+        """The real client; the first batch request waits until the other calls have queued."""
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(real, name)
+            if name != "batch_update_points":
+                return attr
+
+            def batch(*args: object, **kwargs: object) -> object:
+                requests.append(len(kwargs["update_operations"]))  # type: ignore[arg-type]
+                if len(requests) == 1:
+                    held.set()
+                    release.wait(30)
+                return attr(*args, **kwargs)
+
+            return batch
+
+    def concurrently(call: object) -> None:
+        held.clear()
+        release.clear()
+        requests.clear()
+        with ThreadPoolExecutor(12) as pool:
+            futures = [pool.submit(call, docs[0])]  # type: ignore[arg-type]
+            assert held.wait(30)
+            futures += [pool.submit(call, d) for d in docs[1:]]  # type: ignore[arg-type]
+            wait_until(lambda: len(index._writes._queue) == 11, 10, "the other appliers queued")
+            release.set()
+            for f in futures:
+                f.result(60)
+
+    try:
+        index.upsert([make_passage(d, doc_id=d, anchor="a-1") for d in docs], np.stack([unit(1, 0)] * 12))
+        index._client = HoldFirstRequest()  # type: ignore[assignment]
+        concurrently(lambda d: index.set_acl("acme", d, ["group:board"], {}))
+        assert requests == [1, 11], f"12 revocations took {len(requests)} requests"
+        assert index.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 20, 0.0) == []
+        board = AccessFilter("acme", ("group:board",), NOW)
+        assert len(index.search(unit(1, 0), board, 20, 0.0)) == 12
+        concurrently(lambda d: index.delete_doc("acme", d))
+        assert requests == [1, 11], f"12 deletions took {len(requests)} requests"
+        assert index.count("acme") == 0
+    finally:
+        release.set()
+        index._client = real
+        index.drop_all()
+        index.close()
+
+
 def test_a_search_the_server_cannot_answer_is_a_one_line_store_error() -> None:
     """The server goes away after the index was opened: a question fails with QdrantUnavailable (CLI
     exit 1, API 503), never a traceback and never an answer from BM25 alone."""

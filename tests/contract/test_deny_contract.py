@@ -110,3 +110,40 @@ def test_apply_deny_rules() -> None:
     # Another tenant's entry for the same doc ID denies nothing here.
     assert apply_deny(passages, [entry("doc.md", DenyKind.DELETED, 9, tenant="globex")], STAFF) == passages
     assert apply_deny(passages, [], STAFF) == passages
+
+
+def test_redis_add_many_is_add_for_each_in_one_round_trip() -> None:
+    """The cluster worker's deny agent writes the entries of the events fetched together at once:
+    the same keep-the-highest-version rule per entry, one pipeline to Redis."""
+    require_service("redis")
+    from indexer.redis_deny import RedisDenySet
+
+    deny = RedisDenySet("redis://127.0.0.1:6379/0", namespace=unique("t"))
+    try:
+        deny.add(entry("a.md", DenyKind.ACL, 5, ("group:hr",)))
+        sent: list[int] = []
+        real = deny._redis.pipeline
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            pipe = real(*args, **kwargs)
+            run = pipe.execute
+            pipe.execute = lambda *a, **k: sent.append(len(pipe.command_stack)) or run(*a, **k)
+            return pipe
+
+        deny._redis.pipeline = counting  # type: ignore[method-assign]
+        deny.add_many(
+            [
+                entry("a.md", DenyKind.ACL, 3, ("group:all",)),  # older than the one there: ignored
+                entry("a.md", DenyKind.DELETED, 6),
+                entry("b.md", DenyKind.DELETED, 1),
+                entry("c.md", DenyKind.ACL, 2, ("group:x",), tenant="globex"),
+            ]
+        )
+        assert len(sent) == 1, "one round trip"
+        got = {(e.doc_id, e.kind): e for e in deny.lookup("acme", ["a.md", "b.md"])}
+        assert got[("a.md", DenyKind.ACL)].version == 5 and got[("a.md", DenyKind.ACL)].acl == ("group:hr",)
+        assert got[("a.md", DenyKind.DELETED)].version == 6 and ("b.md", DenyKind.DELETED) in got
+        assert [e.acl for e in deny.lookup("globex", ["c.md"])] == [("group:x",)]
+    finally:
+        deny.drop_all()
+        deny.close()
