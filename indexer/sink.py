@@ -62,6 +62,10 @@ is from another moment. A batch begun just as four busy processes started made i
 the quiet machine's 32 texts and took 2.7 s, which every revocation published meanwhile waited for."""
 
 
+PREPARE_CHECK_EVERY = 16
+"""Events chunked between two looks at `interrupt` while a batch that may give way is prepared."""
+
+
 def sub_batch_size(texts: int, seconds: float) -> int:
     """Texts for the next call, given that the last one embedded `texts` in `seconds`: as many as fit
     EMBED_CALL_BUDGET_S at that pace, between 1 and EMBED_SUB_BATCH. Pure."""
@@ -170,7 +174,9 @@ class IndexSink:
             return {}
         spans: list[tuple[str, int, int]] = []
         texts: list[str] = []
-        for event in events:
+        for i, event in enumerate(events):
+            if i and i % PREPARE_CHECK_EVERY == 0 and interrupt is not None and interrupt():
+                raise Preempted  # chunking a large batch takes seconds on a busy machine; chunks are kept
             payload = event.payload
             if not isinstance(payload, UpsertPayload) or is_stale(event, self.docs.get(event.tenant, event.doc_id)):
                 continue

@@ -50,7 +50,7 @@ from streams.ports import (
     Record,
     dead_letter_value,
 )
-from streams.tracking import Tracker, after_durable
+from streams.tracking import Tracker, confirm_durable, erase_durable
 
 log = logging.getLogger(__name__)
 
@@ -292,8 +292,9 @@ class EmbeddedWorker:
         try:
             if records:
                 self.sink.flush()
+                confirm_durable(self.tracker, applied)
                 with self._log_transaction():  # the erasures and the offsets: one commit of the log
-                    erasures = after_durable(self.events, self.tracker, applied)
+                    erasures = erase_durable(self.events, applied)
                     if self._journal is not None:
                         self._journal.commit_applied(self.group, records, entries)
                     else:

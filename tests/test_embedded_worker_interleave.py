@@ -12,11 +12,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_indexing import STAFF, acl, delete, texts, upsert
 from test_write_path import FakeEmbedder, Journal, SlowEmbedder, home
 
 from indexer.embedding_cache import CachedEmbedder, embedding_key
-from indexer.sink import EMBED_FIRST_CALL
+from indexer.sink import EMBED_FIRST_CALL, Preempted
 from schemas.events import Event, EventKind
 from streams.embedded_worker import GROUP, EmbeddedWorker
 from streams.ports import TOPIC_ACL, TOPIC_DELETIONS, TOPIC_DOCUMENTS
@@ -233,3 +234,15 @@ def test_a_rounds_removals_are_one_commit_per_file_and_durable_before_the_ack(tm
     assert log.lag(TOPIC_DELETIONS, GROUP) == 0 and h["lexical"].count("acme") == 0
     reader.close()
     assert texts(h["lexical"], "iota fact", STAFF) == []
+
+
+def test_a_batch_gives_way_while_it_is_being_prepared(tmp_path: Path) -> None:
+    """Chunking a batch of 256 documents before its first model call took seconds on the loaded
+    machine, and a revocation waited for it: the preparation looks at `interrupt` too."""
+    model = FakeEmbedder()
+    h = home(tmp_path, Journal(), embedder=model)
+    events = [upsert(1, f"Kappa fact number {i}.", doc=f"t:k{i}.md") for i in range(64)]
+    with pytest.raises(Preempted):
+        h["sink"].embed_upserts(events, lambda: True)
+    assert model.calls == 0, "gave way before the model was called"
+    assert h["sink"].embed_upserts(events, lambda: False).keys() == {e.event_id for e in events}
