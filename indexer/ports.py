@@ -265,7 +265,11 @@ class EmbeddingCache(Protocol):
     """"purge" (SQLite: `purge` truncates the WAL that held removed entries) or "server" (Redis)."""
 
     def delete_many(self, keys: Sequence[bytes]) -> int:
-        """Remove these entries (a deleted document's passages); raises when the store is unreachable."""
+        """Remove these entries (a deleted document's passages); raises when the store is unreachable.
+        Gone for this process at once; durable once `flush` returns (the sink flushes with the stores)."""
+
+    def flush(self) -> None:
+        """Make the removals since the last flush durable (Redis: they already are)."""
 
     def purge(self) -> PurgeDetails:
         """Make removals physical when `removal` is "purge"; otherwise nothing to do ({})."""

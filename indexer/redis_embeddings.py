@@ -99,6 +99,9 @@ class RedisEmbeddingCache:
             removed += int(self._redis.unlink(*[self._key(k) for k in unique[start : start + self.batch]]))
         return removed
 
+    def flush(self) -> None:
+        """Nothing to do: an UNLINK is applied by the server when it returns."""
+
     def purge(self) -> PurgeDetails:
         """Nothing of ours to run (see `removal`)."""
         return {}

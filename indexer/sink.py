@@ -56,6 +56,16 @@ is a fraction of that: at a load average of 20 one call of 32 took seconds, and 
 embedded profile waited for it (converged 5 s p50, 11 s p99). So the calls shrink to what fits."""
 
 
+EMBED_FIRST_CALL = 8
+"""Texts in the first call of a pass that may give way, whatever pace the last pass showed: that pace
+is from another moment. A batch begun just as four busy processes started made its first call at
+the quiet machine's 32 texts and took 2.7 s, which every revocation published meanwhile waited for."""
+
+
+PREPARE_CHECK_EVERY = 16
+"""Events chunked between two looks at `interrupt` while a batch that may give way is prepared."""
+
+
 def sub_batch_size(texts: int, seconds: float) -> int:
     """Texts for the next call, given that the last one embedded `texts` in `seconds`: as many as fit
     EMBED_CALL_BUDGET_S at that pace, between 1 and EMBED_SUB_BATCH. Pure."""
@@ -164,7 +174,9 @@ class IndexSink:
             return {}
         spans: list[tuple[str, int, int]] = []
         texts: list[str] = []
-        for event in events:
+        for i, event in enumerate(events):
+            if i and i % PREPARE_CHECK_EVERY == 0 and interrupt is not None and interrupt():
+                raise Preempted  # chunking a large batch takes seconds on a busy machine; chunks are kept
             payload = event.payload
             if not isinstance(payload, UpsertPayload) or is_stale(event, self.docs.get(event.tenant, event.doc_id)):
                 continue
@@ -183,7 +195,10 @@ class IndexSink:
         while start < len(order):
             if start and interrupt is not None and interrupt():
                 raise Preempted
-            size = self._sub_batch if interrupt is not None else EMBED_SUB_BATCH
+            if interrupt is None:
+                size = EMBED_SUB_BATCH
+            else:
+                size = self._sub_batch if start else min(self._sub_batch, EMBED_FIRST_CALL)
             chunk = order[start : start + size]
             began = time.monotonic()
             vectors[chunk] = self.embedder.embed([texts[i] for i in chunk])
@@ -202,6 +217,9 @@ class IndexSink:
             if self.vector is not None:
                 self.vector.flush()
             self.lexical.flush()
+            cache = getattr(self.embedder, "cache", None)  # stand-in embedders in tests have none
+            if cache is not None:
+                cache.flush()  # the deletions' embedding-cache removals (one commit for the batch)
         except BaseException:
             self.docs.discard()
             raise

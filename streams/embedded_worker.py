@@ -1,11 +1,18 @@
 """The embedded profile's worker: drains the SQLite log through the same sink as Faust.
 
-Revocations first: before every batch of document upserts it drains the ACL and deletion
-topics, and an upsert batch gives way as soon as a revocation or deletion arrives: while it is
-embedding (IndexSink.embed_upserts' `interrupt`) nothing of it is applied yet and it is simply
-retried later (the embedding cache keeps what was computed); while it is being applied, the
-records applied so far are flushed and committed and the rest is retried. A revocation therefore
-waits for one embedding call or one document plus a flush, never for the backlog.
+Revocations first, and the backlog still moves. With no ACL change or deletion waiting, the worker
+applies document upserts in large batches, and such a batch gives way as soon as a revocation or
+deletion arrives: while it is embedding (IndexSink.embed_upserts' `interrupt`) nothing of it is
+applied yet and it is simply retried later (the embedding cache keeps what was computed); while it
+is being applied, the records applied so far are flushed and committed and the rest is retried.
+
+While revocations keep arriving, the worker goes in rounds (`_interleave`): each round applies
+every ACL change and deletion waiting, then a small slice of documents embedded during the previous
+round, and makes both durable with one flush and one commit; then it embeds the next slice, as many
+documents as EMBED_CALL_BUDGET_S allows (at least one). A revocation therefore waits for one
+slice's embedding and one round, never for the backlog, and the backlog drains between
+revocations instead of waiting for a pause in them (before, every batch gave way and a steady
+stream of revocations starved it: 0 documents in a 13 s events phase, bench/propagation.py).
 
 Batches are the unit of durability: every record of a batch is applied (visible to queries at
 once), then every store is flushed once, then the batch's offsets are committed together with a
@@ -22,10 +29,13 @@ deleted or superseded documents is erased from the log; erasures are then purged
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 from indexer.ports import Vectors
-from indexer.sink import ApplyResult, IndexSink, Outcome, Preempted
+from indexer.sink import EMBED_CALL_BUDGET_S, ApplyResult, IndexSink, Outcome, Preempted
 from schemas.events import Event
 from schemas.retry import Backoff, retry
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
@@ -40,13 +50,24 @@ from streams.ports import (
     Record,
     dead_letter_value,
 )
-from streams.tracking import Tracker, after_durable
+from streams.tracking import Tracker, confirm_durable, erase_durable
 
 log = logging.getLogger(__name__)
 
 REVOCATION_TOPICS = (TOPIC_ACL, TOPIC_DELETIONS)
 
 GROUP = "ragsync-indexer"
+
+SLICE_DOCS = 32
+"""Documents polled for a slice at most; how many of them it holds depends on time (`_embed_slice`)."""
+
+
+@dataclass
+class Slice:
+    """Documents polled and embedded during one round, applied in the next (see `_interleave`)."""
+
+    pairs: list[tuple[Record, Event | InvalidEvent]]
+    vectors: dict[str, Vectors]
 
 
 class EmbeddedWorker:
@@ -77,7 +98,14 @@ class EmbeddedWorker:
         self.stats = Stats()
         self.batches = 0
         self.preemptions = 0
+        self.interleaved = 0
+        """Document upserts applied in rounds with revocations (`_interleave`)."""
         self._journal = events.journal
+        # The SQLite log groups a round's writes in one transaction (SqliteEventLog.one_transaction);
+        # another log commits each as before.
+        self._log_transaction: Callable[[], AbstractContextManager[None]] = getattr(
+            events, "one_transaction", nullcontext
+        )
 
     def backlog(self) -> dict[str, int]:
         return {topic: self.events.lag(topic, self.group) for topic in EVENT_TOPICS}
@@ -89,14 +117,17 @@ class EmbeddedWorker:
         return self.events.lag(TOPIC_ACL, self.group) + self.events.lag(TOPIC_DELETIONS, self.group) > 0
 
     def step(self, progress: Callable[[int], None] | None = None) -> int:
-        """One round in priority order: every ACL change, every deletion, then one batch of upserts.
+        """One round in priority order: revocations and deletions first, then documents.
 
-        Returns how many records were applied; an upsert batch that gave way to a revocation counts
-        as work left (the next round applies the revocation, then retries the batch).
+        With an ACL change or deletion waiting, rounds of revocations, each with a slice of documents,
+        until none waits (`_interleave`); else one large batch of upserts, which gives way to a
+        revocation that arrives meanwhile. Returns how many records were applied; a batch that gave
+        way counts as work left (the next step applies the revocation, then the documents).
         """
-        moved = self._drain_revocations(progress)
+        if self.revocations_pending():
+            return self._interleave(progress)
         preempted = self.preemptions
-        moved += self._drain_topic(TOPIC_DOCUMENTS, 1, progress)
+        moved = self._drain_topic(TOPIC_DOCUMENTS, 1, progress)
         return moved if self.preemptions == preempted else max(moved, 1)
 
     def drain(
@@ -125,25 +156,64 @@ class EmbeddedWorker:
                 progress(applied)
         return done
 
-    def _drain_revocations(self, progress: Callable[[int], None] | None) -> int:
-        """Every ACL change, then every deletion, polled together and made durable together: one
-        flush and one commit per round for both topics. A flush costs the same whatever it holds
-        (qdrant-edge: 0.1-0.4 s on a busy disk, holding the GIL), so one per topic doubled the
-        time a steady stream of revocations and deletions waited; within a round the ACL changes
-        are applied first, as before."""
-        done_total = 0
-        while True:
-            polled = [(topic, self.events.poll(topic, self.group, self.batch_size)) for topic in REVOCATION_TOPICS]
-            if not any(records for _, records in polled):
-                return done_total
-            decoded = [(record, try_decode(record)) for _, records in polled for record in records]
-            if self.tracker is not None:
-                for record, event in decoded:
-                    self.tracker.consumed(record, event)  # effective from here on, before any store write
-            count = self._apply_and_commit(REVOCATION_TOPICS, decoded, {})
-            done_total += count
-            if progress:
-                progress(count)
+    def _interleave(self, progress: Callable[[int], None] | None) -> int:
+        """Rounds while revocations keep arriving: every ACL change and deletion waiting (ACL changes
+        first), then the slice of documents embedded during the previous round, made durable together:
+        one flush and one commit per round for all three topics. A flush costs the same whatever it
+        holds (qdrant-edge: 0.1-0.4 s on a busy disk, holding the GIL), so sharing it costs the
+        revocations only the slice's apply (its vectors are ready). Then the next slice is embedded
+        (about EMBED_CALL_BUDGET_S): a revocation published meanwhile waits for that, not for the
+        backlog. The rounds end once a poll finds no revocation; the slice in hand goes with it."""
+        moved = 0
+        ready: Slice | None = None
+        try:
+            while True:
+                polled = [self.events.poll(topic, self.group, self.batch_size) for topic in REVOCATION_TOPICS]
+                revocations = [(record, try_decode(record)) for records in polled for record in records]
+                if not revocations and ready is None:
+                    return moved
+                if self.tracker is not None:
+                    for record, event in revocations:
+                        self.tracker.consumed(record, event)  # effective from here on, before any store write
+                pairs = revocations + (ready.pairs if ready is not None else [])
+                topics = REVOCATION_TOPICS + ((TOPIC_DOCUMENTS,) if ready is not None else ())
+                count = self._apply_and_commit(topics, pairs, ready.vectors if ready is not None else {})
+                if ready is not None:
+                    self.interleaved += len(ready.pairs)
+                ready = None
+                moved += count
+                if progress:
+                    progress(count)
+                if not revocations:
+                    return moved
+                ready = self._embed_slice()
+        finally:
+            if ready is not None:  # polled, never committed: the next poll starts from the committed offset
+                self.events.rewind(TOPIC_DOCUMENTS, self.group)
+
+    def _embed_slice(self) -> Slice | None:
+        """Poll up to SLICE_DOCS documents and embed them one by one, in log order, until
+        EMBED_CALL_BUDGET_S is spent: the slice is the prefix embedded (at least one document), the
+        rest is polled again after the next commit. Sized by time spent, not by a pace learnt
+        earlier: a slice sized from one whose texts the embedding cache held (those of a batch
+        that gave way) was 32 fresh documents, one model call of 4.9 s on the loaded machine."""
+        records = self.events.poll(TOPIC_DOCUMENTS, self.group, SLICE_DOCS)
+        if not records:
+            return None
+        began = time.monotonic()
+        pairs: list[tuple[Record, Event | InvalidEvent]] = []
+        vectors: dict[str, Vectors] = {}
+        for record in records:
+            if pairs and time.monotonic() - began >= EMBED_CALL_BUDGET_S:
+                break
+            event = try_decode(record)
+            vectors.update(self._embed_batch([event], interruptible=False))
+            pairs.append((record, event))
+        if len(pairs) < len(records):
+            # Back to the committed offset: the next commit acknowledges this prefix and the next
+            # poll starts after it.
+            self.events.rewind(TOPIC_DOCUMENTS, self.group)
+        return Slice(pairs, vectors)
 
     def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
         decoded = [try_decode(record) for record in records]
@@ -222,11 +292,13 @@ class EmbeddedWorker:
         try:
             if records:
                 self.sink.flush()
-                erasures = after_durable(self.events, self.tracker, applied)
-                if self._journal is not None:
-                    self._journal.commit_applied(self.group, records, entries)
-                else:
-                    self.events.commit(self.group, list(records))
+                confirm_durable(self.tracker, applied)
+                with self._log_transaction():  # the erasures and the offsets: one commit of the log
+                    erasures = erase_durable(self.events, applied)
+                    if self._journal is not None:
+                        self._journal.commit_applied(self.group, records, entries)
+                    else:
+                        self.events.commit(self.group, list(records))
                 self.batches += 1
         finally:
             # Whatever was not committed is polled again from the committed offset.
@@ -235,10 +307,11 @@ class EmbeddedWorker:
         if erasures and self.on_erase is not None:
             self.on_erase(erasures)
 
-    def _embed_batch(self, decoded: list[Event | InvalidEvent]) -> dict[str, Vectors]:
+    def _embed_batch(self, decoded: list[Event | InvalidEvent], *, interruptible: bool = True) -> dict[str, Vectors]:
         """One embedding pass for the batch's upserts; on a model failure each event embeds its own."""
+        interrupt = self.revocations_pending if interruptible else None
         try:
-            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)], self.revocations_pending)
+            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)], interrupt)
         except Preempted:
             raise
         except Exception:

@@ -276,10 +276,26 @@ def after_durable(
     after the apply, before the erase) still erases. An erase marker on the documents topic (a Kafka
     log read by this worker) becomes its tombstones here.
     """
+    confirm_durable(tracker, applied)
+    return erase_durable(events, applied)
+
+
+def confirm_durable(
+    tracker: Tracker | None, applied: Sequence[tuple[Record, Event | InvalidEvent, ApplyResult | None]]
+) -> None:
+    """The first half of `after_durable`: confirm each event to the tracker (deny entries cleared,
+    propagation recorded). Apart so the embedded worker does it outside the log transaction that
+    erases and acknowledges, which the deny watcher's polls wait for."""
     if tracker is not None:
         for record, event, result in applied:
             tracker.applied(record, event, result)
         tracker.confirmed([event for _, event, _ in applied])
+
+
+def erase_durable(
+    events: EventLog, applied: Sequence[tuple[Record, Event | InvalidEvent, ApplyResult | None]]
+) -> list[Event]:
+    """The second half of `after_durable`: the log erasures and compactions; the erasures returned."""
     erasures: list[Event] = []
     for record, event, result in applied:
         if isinstance(event, InvalidEvent):

@@ -211,14 +211,14 @@ def test_embedding_calls_shrink_to_the_budget_when_the_model_is_slow(tmp_path: P
     """A revocation waits for the embedding call in progress: on a busy machine one call of 32 texts
     took seconds. Once a call shows the pace, the next ones hold only what fits the budget, and every
     text is still embedded exactly once; a fast model keeps full calls."""
-    from indexer.sink import EMBED_CALL_BUDGET_S, EMBED_SUB_BATCH
+    from indexer.sink import EMBED_CALL_BUDGET_S, EMBED_FIRST_CALL
 
     slow = SlowEmbedder(per_text_s=0.025)
     h = home(tmp_path / "slow", Journal(), embedder=slow)
     log: SqliteEventLog = h["log"]
     log.publish_many([upsert(1, f"Delta fact number {i}.", doc=f"t:d{i}.md") for i in range(80)])
     EmbeddedWorker(log, h["sink"]).drain()
-    assert slow.sizes[0] == EMBED_SUB_BATCH
+    assert slow.sizes[0] == EMBED_FIRST_CALL, "a pass starts small, whatever pace was learnt before"
     fits = int(EMBED_CALL_BUDGET_S / slow.per_text_s)
     assert slow.sizes[1:] and max(slow.sizes[1:]) <= fits, slow.sizes
     assert sum(slow.sizes) == 80 and h["vector"].count("acme") == 80
@@ -227,7 +227,7 @@ def test_embedding_calls_shrink_to_the_budget_when_the_model_is_slow(tmp_path: P
     h = home(tmp_path / "fast", Journal(), embedder=fast)
     h["log"].publish_many([upsert(1, f"Delta fact number {i}.", doc=f"t:d{i}.md") for i in range(80)])
     EmbeddedWorker(h["log"], h["sink"]).drain()
-    assert fast.sizes == [32, 32, 16]
+    assert fast.sizes == [EMBED_FIRST_CALL, 32, 32, 80 - 64 - EMBED_FIRST_CALL]
 
 
 def test_sub_batch_size_fits_the_budget_between_one_and_the_model_batch() -> None:
