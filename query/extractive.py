@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from indexer.ports import Embedder
-from query.answer_form import FormWeights, bonuses
+from query.answer_form import FormWeights, about_question, bonuses
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
 from query.reading import (
     answer_kinds_met,
@@ -144,7 +144,12 @@ def reread(question: str, ranked: Sequence[Candidate], evidence: Sequence[Eviden
     weights = term_weights(content_terms(question), passages)
     present = frozenset().union(*passages)
     extra = bonuses(question, [(c.order, c.index, c.meaning, c.sentence) for c in ranked], weights, present, w)
-    out = [replace(c, score=round(c.score + e, 6)) if e else c for c, e in zip(ranked, extra, strict=True)]
+    # Only a sentence about the question (query.answer_form.about_question) is lifted: a value-shaped sentence
+    # about refunds earns nothing towards answering a question about executive bonuses.
+    out = [
+        replace(c, score=round(c.score + e, 6)) if e and about_question(c.meaning) else c
+        for c, e in zip(ranked, extra, strict=True)
+    ]
     if w.top_only:
         return [out[0], *everything[1:]]
     out.sort(key=lambda c: (-c.score, c.order, c.index))

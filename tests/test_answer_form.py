@@ -4,6 +4,7 @@ applies them to the model's candidates: candidates built by hand, and the model 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from conftest import make_passage
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from indexer.chunker import chunk_document
 from query.answer_form import (
+    LIFT_MEANING,
     FormWeights,
     bonuses,
     focus_terms,
@@ -123,3 +125,38 @@ def test_the_model_answers_an_instruction_the_plain_score_left_just_below_the_th
             assert check_claims(claims, passages) == []
         else:
             assert call.input.get("abstain") is True, call
+
+
+REFUNDS = Evidence(
+    "refunds.md@1#root-1", "Refunds", "Refunds are paid within 14 days of the request. Store credit never expires."
+)
+SHIPPING = Evidence("shipping.md@1#root-1", "Shipping", "Orders ship from the Lisbon warehouse every weekday morning.")
+
+
+def test_a_value_shaped_sentence_about_another_subject_is_not_lifted(embedder: Any) -> None:
+    """The sentence "Refunds are paid within 14 days" has the value form a "within how many days" question
+    asks for, but asked about executive bonuses (a passage the asker may not read) it is about something
+    else: the readings must not lift it, and the model abstains, as it did before them. Asked about
+    refunds, the same sentence is lifted and answers (contract: a question only a denied passage answers)."""
+    model = ExtractiveModel(embedder)
+    for evidence in ((REFUNDS, SHIPPING), (REFUNDS,), (SHIPPING, REFUNDS)):
+        other = "Within how many days are executive bonuses paid after the board vote?"
+        best = model.candidates(other, evidence)[0]
+        assert best.sentence == "Refunds are paid within 14 days of the request."
+        assert best.meaning < LIFT_MEANING
+        assert best.score == model.base_candidates(other, evidence)[0].score  # not lifted
+        assert model.decide(ModelTurn(other, evidence, (TOOL_SUBMIT,))).input.get("abstain") is True
+        own = "Within how many days are refunds paid after the request?"
+        lifted, plain = model.candidates(own, evidence)[0], model.base_candidates(own, evidence)[0]
+        assert lifted.sentence == plain.sentence == best.sentence
+        assert lifted.score == round(plain.score + READINGS.form + READINGS.subject, 6)
+
+
+def test_reread_lifts_only_a_sentence_about_the_question() -> None:
+    ev = Evidence(passage_id="refunds@1#p-0", heading="Refunds", text="", title="Policies")
+    question = "Within how many days are executive bonuses paid after the board vote?"
+    value = "Refunds are paid within 14 days of the request."
+    about = Candidate(1.7, LIFT_MEANING, 0.5, 0, ev, value, 0.0, 0)
+    elsewhere = replace(about, meaning=LIFT_MEANING - 0.01)
+    assert reread(question, [about], [ev], READINGS)[0].score > about.score
+    assert reread(question, [elsewhere], [ev], READINGS) == [elsewhere]
