@@ -129,7 +129,8 @@ def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(pr
         assert sorted(r.event_id for r in audit.records("globex")) == [f"b{i}" for i in (2, 4, 6, 8)]
         (stored,) = audit.purges("qdrant")
         assert audit.purges("lexical") == [] and stored.details == {"merged": 2}
-        assert audit.latest(KIND_PURGE) == stored.seq and audit.latest(KIND_DELETION) == 10
+        assert audit.latest(KIND_PURGE) == stored.seq
+        assert audit.latest(KIND_DELETION) == max(link.seq for link in links if link.seq != stored.seq)
     finally:
         audit.close()
 
@@ -143,12 +144,15 @@ def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(pr
         # Edit one record inside the block behind the adapter's back: the chain shows it.
         src = again._es.get(index=again.index, id=again._id(2))["_source"]
         entries = json.loads(src["links"])
-        body = json.loads(entries[3]["body"])
+        # A deletion record of the block (the queued calls may reach the writer in another order, so the
+        # purge record is not always at the same place in it).
+        at = next(i for i, e in enumerate(entries) if "passages_removed" in json.loads(e["body"]))
+        body = json.loads(entries[at]["body"])
         body["passages_removed"] += 1
-        entries[3]["body"] = json.dumps(body)
+        entries[at]["body"] = json.dumps(body)
         again._es.index(index=again.index, id=again._id(2), document={**src, "links": json.dumps(entries)})
         problems = verify(*again.chain())
-        assert [p.seq for p in problems] == [entries[3]["seq"]]
+        assert [p.seq for p in problems] == [entries[at]["seq"]]
     finally:
         again.close()
 
