@@ -14,7 +14,7 @@ Two kinds, because they call for opposite handling:
     ├── Unavailable (RuntimeError)
     │   ├── StoreUnavailable          a store: unreachable, incompatible, locked
     │   │     ElasticUnavailable (indexer.elastic), QdrantUnavailable (indexer.qdrant_server),
-    │   │     KafkaUnavailable (streams.kafka_log): the adapters' own, beside them
+    │   │     KafkaUnavailable (streams.kafka_producer): the adapters' own, beside them
     │   ├── DenyUnavailable           the deny set could not be read or written
     │   ├── ModelUnavailable          an embedding or answering model gave nothing
     │   └── RerankerUnavailable       the cross-encoder export cannot be loaded

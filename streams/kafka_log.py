@@ -1,8 +1,7 @@
 """The cluster event log: Kafka through kafka-python, behind the same port as the SQLite log.
 
-Durability: the producer waits for every in-sync replica (`acks="all"`), retries transient
-errors and is idempotent, so a retry neither duplicates nor reorders a record within its
-partition. The record key is `tenant/doc_id`, so every event of one document lands in one
+Durability is the producer's (streams/kafka_producer.py: every in-sync replica acknowledges, a
+thread's flush checks its own sends). The record key is `tenant/doc_id`, so every event of one document lands in one
 partition and is consumed in the order it was published.
 
 Consumption mirrors the SQLite log exactly: one consumer per (topic, group) that owns *every*
@@ -17,19 +16,18 @@ The topics, their limits and their compaction are set up by streams/kafka_admin.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import OffsetSpec
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
-from indexer.ports import PurgeDetails, Removal, StoreUnavailable
+from indexer.ports import PurgeDetails, Removal
 from schemas.events import Event
 from streams.erasure import ROLL_KEY, RollSchedule, marker_value
 from streams.kafka_admin import (
@@ -41,6 +39,14 @@ from streams.kafka_admin import (
     retrying,
     topic_names,
 )
+from streams.kafka_producer import (
+    CONNECT_TIMEOUT_S,
+    DELIVERY_TIMEOUT_S,
+    RECONNECT_BACKOFF_MAX_MS,
+    AckedProducer,
+    describe,
+)
+from streams.kafka_producer import KafkaUnavailable as KafkaUnavailable  # re-export
 from streams.kafka_remnants import key_partition, valued_records
 from streams.ports import TOPIC_DLQ, TOPIC_DOCUMENTS, Record, topic_for
 
@@ -48,34 +54,6 @@ log = logging.getLogger(__name__)
 
 _CATCH_UP_WAIT_S = 2.0
 """How long a `timeout_s=0` poll may wait when the broker still holds records past the position."""
-
-
-CONNECT_TIMEOUT_S = 10.0
-"""Default bound on reaching the broker (bootstrap, and a send's wait for metadata). kafka-python's own
-default is 30 s with reconnect backoffs growing to 30 s, so a command started while the broker is
-down answered after about 35 s; a user expects a one-line error within seconds."""
-DELIVERY_TIMEOUT_S = 120.0
-"""Default bound on one record's acknowledgement, retries included (the Java client's default): long
-enough to ride out a broker restart, after which flush() reports the records that were not acked."""
-FLUSH_MARGIN_S = 5.0
-"""flush() stops waiting this long after the delivery bound. kafka-python's idempotent producer does
-not expire its batches while it has no producer id (the broker went away mid-request and the epoch
-must be bumped): measured here, a sync with a 3 s delivery bound still waited after 25 s with the
-broker down. Past the bound the records count as unacknowledged, whatever the producer does later."""
-RECONNECT_BACKOFF_MAX_MS = 1_000
-"""Reconnect attempts back off to at most 1 s (kafka-python: 30 s), so a restarted broker is found
-again within a second of its return rather than after a half-minute sleep."""
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` once (kafka-python's messages often start with their class name already)."""
-    text = str(exc).strip()
-    name = type(exc).__name__
-    return text if text.startswith(name) else f"{name}: {text}" if text else name
-
-
-class KafkaUnavailable(StoreUnavailable):
-    """The broker cannot be reached, or did not acknowledge records: one line, exit 1 on the CLI."""
 
 
 class KafkaEventLog:
@@ -107,31 +85,13 @@ class KafkaEventLog:
             "bootstrap_timeout_ms": connect_ms,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
-        delivery_ms = max(1, int(delivery_timeout_s * 1000))
-        self._flush_bound_s = delivery_timeout_s + FLUSH_MARGIN_S
-        linger_ms = 5
         try:
             self._admin = KafkaAdminClient(client_id=f"{client_id}-admin", **self._client_config)
         except KafkaError as exc:
             raise self._unreachable(exc, connect_timeout_s) from exc
         try:
             self._partitions = ensure_topics(self._admin, topic_prefix, partitions)
-            self._producer = KafkaProducer(
-                client_id=f"{client_id}-producer",
-                **self._client_config,
-                max_block_ms=connect_ms,  # a send waits this long for metadata, then fails (not 60 s)
-                acks="all",
-                retries=2**31 - 1,  # bounded by delivery_timeout_ms, as in the Java client
-                delivery_timeout_ms=delivery_ms,
-                # kafka-python requires delivery >= linger + request timeout: a short delivery bound
-                # shortens each request's timeout rather than being refused
-                request_timeout_ms=max(1, min(30_000, delivery_ms - linger_ms)),
-                enable_idempotence=True,
-                max_in_flight_requests_per_connection=5,  # idempotence keeps order with up to 5 in flight
-                max_request_size=MAX_MESSAGE_BYTES,
-                linger_ms=linger_ms,
-                compression_type=None,
-            )
+            self._producer = AckedProducer(bootstrap, self._client_config, client_id, connect_ms, delivery_timeout_s)
         except KafkaError as exc:
             self._admin.close()
             raise self._unreachable(exc, connect_timeout_s) from exc
@@ -141,30 +101,15 @@ class KafkaEventLog:
         self.rolls = RollSchedule(COMPACTION_SEGMENT_MS)
         self._consumers: dict[tuple[str, str], Any] = {}
         self._committed: dict[tuple[str, TopicPartition], int] = {}
-        self._sends = threading.local()
-        self._gave_up = False  # a flush reported unacknowledged records: close() does not wait for them
         self._lock = threading.RLock()
 
     def _unreachable(self, exc: BaseException, timeout_s: float) -> KafkaUnavailable:
         """One line saying what failed, that nothing was published, and which setting bounds the wait."""
         return KafkaUnavailable(
-            f"Kafka at {self.bootstrap} is unreachable ({_describe(exc)}; waited up to"
+            f"Kafka at {self.bootstrap} is unreachable ({describe(exc)}; waited up to"
             f" {timeout_s:g}s, kafka_connect_timeout_s); nothing was published: start the broker or"
             " check kafka_bootstrap"
         )
-
-    def _pending(self) -> list[Any]:
-        """This thread's sends since its last flush.
-
-        Per thread because flush() promises the caller that *its* records are durable: with one
-        shared list, a concurrent publisher's flush could take (and check) another thread's
-        futures, and that thread's own flush would then find nothing to wait for and report
-        success for a record the broker never acknowledged (e.g. two webhook pushes at once).
-        """
-        pending: list[Any] | None = getattr(self._sends, "pending", None)
-        if pending is None:
-            pending = self._sends.pending = []
-        return pending
 
     # ---- producing ---------------------------------------------------------------------------
 
@@ -187,52 +132,12 @@ class KafkaEventLog:
 
     def publish_raw(self, topic: str, key: str, value: bytes) -> None:
         """Enqueue one record; raises KafkaUnavailable when no metadata arrives within the connect bound."""
-        kafka_topic = self.kafka_topic(topic)
-        try:
-            future = self._producer.send(kafka_topic, key=key.encode(), value=value)
-        except KafkaError as exc:
-            raise KafkaUnavailable(
-                f"Kafka at {self.bootstrap} did not accept a record for {kafka_topic} ({_describe(exc)});"
-                " nothing unacknowledged was recorded as published: run the command again"
-            ) from exc
-        self._pending().append(future)
+        self._producer.send(self.kafka_topic(topic), key, value)
 
     def flush(self) -> None:
-        """Wait for every send of this thread since its last flush to be acknowledged by all in-sync replicas.
-
-        KafkaProducer.flush() alone returns even when a send failed; the futures carry the
-        error, so every one is checked and a failure raises KafkaUnavailable to the publisher,
-        who then records none of the batch as published and publishes it again later, under new
-        versions (connectors.state.ConnectorState.next_version: a failed record may still have
-        reached the log). The wait is bounded by the delivery timeout plus FLUSH_MARGIN_S.
-        """
-        sends = self._pending()
-        pending = list(sends)
-        sends.clear()
-        if not pending:
-            return
-        deadline = self._flush_producer()
-        failed: list[BaseException] = []
-        for future in pending:
-            try:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
-            except KafkaError as exc:  # failed, expired, or still unacknowledged at the bound
-                failed.append(exc)
-        if failed:
-            self._gave_up = True
-            first = failed[0]
-            raise KafkaUnavailable(
-                f"Kafka at {self.bootstrap} did not acknowledge {len(failed)} of {len(pending)} records"
-                f" ({_describe(first)}); they are not recorded as published: run the command"
-                " again once the broker is back"
-            ) from first
-
-    def _flush_producer(self) -> float:
-        """Flush the producer within the bound (see FLUSH_MARGIN_S); returns the deadline to check futures by."""
-        deadline = time.monotonic() + self._flush_bound_s
-        with contextlib.suppress(KafkaError):  # a timeout: the futures say which records were acknowledged
-            self._producer.flush(timeout=self._flush_bound_s)
-        return deadline
+        """Every record this thread published since its last flush is acknowledged, or KafkaUnavailable
+        (AckedProducer.flush): a publisher records as published only what the broker holds."""
+        self._producer.flush()
 
     # ---- erasure (see streams.erasure) ---------------------------------------------------------
 
@@ -267,22 +172,14 @@ class KafkaEventLog:
     def tombstone(self, key: str, *, dead_letters: bool = True) -> None:
         """Null-value records of the key on the compacted topics; durable when this returns."""
         topics = [TOPIC_DOCUMENTS, TOPIC_DLQ] if dead_letters else [TOPIC_DOCUMENTS]
-        futures = [(t, self._producer.send(self.kafka_topic(t), key=key.encode(), value=None)) for t in topics]
-        deadline = self._flush_producer()
-        for topic, future in futures:
-            self.rolls.tombstoned(topic, future.get(timeout=max(0.0, deadline - time.monotonic())).partition)
+        landed = self._producer.send_and_wait([(self.kafka_topic(t), key, None) for t in topics])
+        for topic, partition in zip(topics, landed, strict=True):
+            self.rolls.tombstoned(topic, partition)
 
     def roll_due(self) -> int:
         """Send the roll markers that are due, so the tombstones' segments can be compacted."""
         due = self.rolls.due()
-        futures = [
-            self._producer.send(self.kafka_topic(topic), key=ROLL_KEY.encode(), value=None, partition=partition)
-            for topic, partition in due
-        ]
-        if futures:
-            deadline = self._flush_producer()
-            for future in futures:
-                future.get(timeout=max(0.0, deadline - time.monotonic()))
+        self._producer.send_and_wait([(self.kafka_topic(topic), ROLL_KEY, partition) for topic, partition in due])
         return len(due)
 
     def remnants(self, tenant: str, doc_id: str, up_to_version: int | None = None) -> dict[str, Any]:
@@ -432,28 +329,6 @@ class KafkaEventLog:
                     log.debug("consumer close failed", exc_info=True)
             self._consumers.clear()
         try:
-            self._close_producer()
+            self._producer.close()
         finally:
             self._admin.close()
-
-    def _close_producer(self) -> None:
-        """Close within the flush bound; records still unacknowledged then were reported by flush()
-        and recorded nowhere, so dropping them loses nothing the next publish does not send again.
-
-        After a flush that gave up there is nothing to wait for. kafka-python's close() raises when
-        its own flush times out, before it stops the sender thread (which then keeps the process
-        alive and retries on garbage collection): so on that error the sender is force-closed here,
-        which fails the remaining batches, and close() then completes at once.
-        """
-        timeout = 0.0 if self._gave_up else self._flush_bound_s
-        try:
-            self._producer.close(timeout=timeout)
-        except KafkaError:
-            sender = getattr(self._producer, "_sender", None)
-            if sender is not None:
-                sender.force_close()
-                sender.join(self._flush_bound_s)
-            try:
-                self._producer.close(timeout=0)
-            except KafkaError:
-                log.warning("Kafka producer did not close cleanly", exc_info=True)
