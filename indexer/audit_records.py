@@ -1,15 +1,54 @@
-"""Deletion and purge records <-> the bodies the audit chain hashes. Shared by every audit adapter.
+"""Deletion and purge records, and the bodies the audit chain hashes. Shared by every audit adapter.
 
 Instants are epoch milliseconds, so a body read back from any store hashes exactly as written.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from indexer.audit_chain import ChainRecord
-from indexer.ports import DeletionRecord, PurgeRecord
 from schemas._time import from_epoch_ms, to_epoch_ms
+
+
+@dataclass(frozen=True)
+class DeletionRecord:
+    """A deletion as applied: when each store and cache dropped the document (logical removal).
+
+    `details` holds what else the deletion removed (embedding-cache entries, dead letters, the
+    deny entry), as counts and IDs; never text.
+    """
+
+    event_id: str
+    tenant: str
+    doc_id: str
+    version: int
+    received_at: datetime
+    removed_at: dict[str, datetime]
+    cache_invalidated_at: datetime
+    passages_removed: int
+    erase: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = field(default=None, compare=False)
+    """Position in the audit chain, once appended."""
+
+
+@dataclass(frozen=True)
+class PurgeRecord:
+    """A physical purge of one store: every deletion recorded up to `covers_seq` is gone from its files.
+
+    Logical removal makes a document unfindable; the purge is what makes its bytes leave the store
+    (FTS5 merge, segment vacuum, expunged Lucene deletes, log records rewritten, WAL truncated).
+    """
+
+    store: str
+    at: datetime
+    covers_seq: int
+    details: dict[str, Any] = field(default_factory=dict)
+    seq: int | None = field(default=None, compare=False)
+
 
 KIND_DELETION = "deletion"
 KIND_PURGE = "purge"

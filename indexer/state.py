@@ -16,9 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from indexer.audit_chain import GENESIS, ChainRecord, canonical, make_record
-from indexer.audit_records import KIND_DELETION, KIND_PURGE, deletion_body, deletion_of, purge_body, purge_of
+from indexer.audit_records import (
+    KIND_DELETION,
+    KIND_PURGE,
+    DeletionRecord,
+    PurgeRecord,
+    deletion_body,
+    deletion_of,
+    purge_body,
+    purge_of,
+)
 from indexer.cache import GenerationSource
-from indexer.ports import DeletionRecord, DocState, PurgeRecord, grants_json, with_grants_json
+from indexer.doc_state import DocState, grants_json, with_grants_json
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS doc_state (
