@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ragsync.settings import SourceSettings
+from ragsync.source_settings import SourceSettings
 
 if TYPE_CHECKING:
     from connectors.permissions import PrincipalMap
-    from ragsync.settings import PrincipalsSettings
+    from ragsync.source_settings import PrincipalsSettings
 
 
 def principal_map(principals: PrincipalsSettings) -> PrincipalMap:

@@ -87,13 +87,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragsync.pipeline import publish_source
-from ragsync.settings import SourceSettings as SourceSettings  # re-export (declared beside Settings)
 from ragsync.source_connectors import connector_for as connector_for  # re-exports: the factories
 from ragsync.source_connectors import principal_map as principal_map
 from ragsync.source_connectors import smb_connector as smb_connector
 from ragsync.source_connectors import source_password as source_password
 from ragsync.source_connectors import source_problems as source_problems
 from ragsync.source_connectors import startup_problems as startup_problems
+from ragsync.source_settings import SourceSettings as SourceSettings  # re-export
 
 if TYPE_CHECKING:
     from connectors.scan import ScanReport
