@@ -39,8 +39,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.retrieval import DIM, STOPWORD_LIKE, TENANT, StubEmbedder, Workload
-from bench.retrieval import batches as retrieval_batches
+from bench.retrieval_workload import DIM, STOPWORD_LIKE, TENANT, StubEmbedder, Workload
+from bench.retrieval_workload import batches as retrieval_batches
 from query.retrieval import RetrievalSettings, Retriever
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
