@@ -31,11 +31,9 @@ Peak RSS (getrusage) covers the whole process, model included.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
-import random
 import resource
 import shutil
 import subprocess
@@ -52,6 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.ingest_corpus import default_corpus, small_files  # noqa: E402
 from indexer.embedder import CachedEmbedder, FastEmbedder  # noqa: E402
 from ragsync.pipeline import sync_folder  # noqa: E402
 from ragsync.settings import Settings  # noqa: E402
@@ -100,92 +99,6 @@ class RecordingEmbedder:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def default_corpus() -> Path:
-    """The CI subset of the Python manual, built with the evaluation's own script."""
-    here = ROOT / "eval" / "python-manual"
-    spec = importlib.util.spec_from_file_location("build_corpus", here / "build_corpus.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.ensure_manual(module.MANUAL)
-    out = here / "build" / "ci"
-    module.build("ci", out)
-    return Path(out / "corpus")
-
-
-_WORDS = [
-    "account",
-    "access",
-    "approval",
-    "archive",
-    "audit",
-    "backup",
-    "badge",
-    "budget",
-    "calendar",
-    "contract",
-    "customer",
-    "deadline",
-    "deploy",
-    "desk",
-    "device",
-    "expense",
-    "export",
-    "firewall",
-    "holiday",
-    "invoice",
-    "laptop",
-    "ledger",
-    "license",
-    "meeting",
-    "network",
-    "office",
-    "onboarding",
-    "password",
-    "payroll",
-    "policy",
-    "printer",
-    "project",
-    "refund",
-    "release",
-    "renewal",
-    "report",
-    "review",
-    "roadmap",
-    "salary",
-    "schedule",
-    "security",
-    "server",
-    "shipment",
-    "storage",
-    "support",
-    "ticket",
-    "training",
-    "travel",
-    "vendor",
-    "visitor",
-    "warranty",
-]
-
-
-def small_files(root: Path, files: int, seed: int = 7) -> Path:
-    """`files` Markdown notes of three sections of 3-5 sentences: about 3 passages of ~400 characters each."""
-    rng = random.Random(seed)
-    team = root / "team"
-    team.mkdir(parents=True, exist_ok=True)
-    (team / ".ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
-    for i in range(files):
-        parts = [f"# Note {i}: {rng.choice(_WORDS)} {rng.choice(_WORDS)}\n"]
-        for j in range(3):
-            sentences = [
-                " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 16))).capitalize() + "."
-                for _ in range(rng.randint(3, 5))
-            ]
-            parts.append(f"## Section {j} {rng.choice(_WORDS)}\n\n{' '.join(sentences)}\n")
-        (team / f"note-{i:04d}.md").write_text("\n".join(parts))
-    return root
 
 
 def components_for(home: Path, model: Path, shared: FastEmbedder | None, record: bool) -> tuple[Any, Any]:

@@ -31,7 +31,6 @@ the changed one) and records the fused recall@10 drop; `max_recall_drop` is the 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -194,14 +193,10 @@ def windows_seen(texts: list[str], model: Path) -> list[list[int]]:
 
 def build_corpus(variant: str, pages: int | None, out: Path) -> Path:
     """The python-manual evaluation corpus (its own build script), cut to the first `pages` pages."""
-    here = ROOT / "eval" / "python-manual"
-    spec = importlib.util.spec_from_file_location("build_corpus", here / "build_corpus.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.ensure_manual(module.MANUAL)
-    module.build(variant, out)
-    corpus = out / "corpus"
+    sys.path.insert(0, str(ROOT))
+    from bench.ingest_corpus import python_manual
+
+    corpus = python_manual(variant, out)
     if pages is not None:
         for extra in sorted(corpus.rglob("*.html"))[pages:]:
             extra.unlink()
