@@ -121,6 +121,22 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture
+def es_prefix() -> Iterator[str]:
+    """A fresh Elasticsearch index prefix for the doc-state and audit stores, their indexes dropped after
+    the test (the shared cluster outlives every run, so a test's indexes must not)."""
+    require_service("elasticsearch")
+    from indexer.elastic_audit import ElasticDeletionAudit
+    from indexer.elastic_state import ElasticDocStates
+
+    value = unique("ragsync-test-")
+    yield value
+    for cls in (ElasticDocStates, ElasticDeletionAudit):
+        store = cls("http://127.0.0.1:9200", prefix=value)
+        store.drop_all()
+        store.close()
+
+
 SHARED_PORTS = frozenset({9092, 9093, 9200, 9300, 6379, 6333, 6334, 8080, 9464, 9465})
 """The shared services' and ragsync's default ports: a private instance never takes one."""
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import NOW, require_service, unique
+from conftest import NOW
 from waiting import wait_until
 
 from indexer.ports import DeletionRecord, PurgeRecord
@@ -24,18 +24,6 @@ from indexer.ports import DeletionRecord, PurgeRecord
 ES = "http://127.0.0.1:9200"
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    require_service("elasticsearch")
-    from indexer.elastic_audit import ElasticDeletionAudit
-
-    value = unique("ragsync-test-")
-    yield value
-    store = ElasticDeletionAudit(ES, prefix=value)
-    store.drop_all()
-    store.close()
 
 
 def record(event_id: str, *, tenant: str = "acme", i: int = 0) -> DeletionRecord:
@@ -105,12 +93,12 @@ def queue_behind_first(
     return futures
 
 
-def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(prefix: str) -> None:
+def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(es_prefix: str) -> None:
     from indexer.audit_chain import verify
     from indexer.audit_records import KIND_DELETION, KIND_PURGE
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
     audit._es = Intercepting(audit, lambda _: None)  # type: ignore[assignment]
     purge = PurgeRecord(store="qdrant", at=NOW, covers_seq=1, details={"merged": 2})
     try:
@@ -134,7 +122,7 @@ def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(pr
     finally:
         audit.close()
 
-    again = ElasticDeletionAudit(ES, prefix=prefix)  # a restarted worker: its head is inside a block
+    again = ElasticDeletionAudit(ES, prefix=es_prefix)  # a restarted worker: its head is inside a block
     try:
         again.append(record("after", i=99))
         links, head = again.chain()
@@ -157,15 +145,15 @@ def test_a_block_reads_back_filters_verifies_and_is_continued_after_a_restart(pr
         again.close()
 
 
-def test_a_writer_that_takes_the_blocks_number_first_makes_it_link_after_its_record(prefix: str) -> None:
+def test_a_writer_that_takes_the_blocks_number_first_makes_it_link_after_its_record(es_prefix: str) -> None:
     """Another worker creates the seq the block was about to take: the block's create fails as a
     whole (409), the writer reads the chain again and creates every record of the block after the
     other worker's; none is lost, none is stored twice, the chain verifies."""
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
-    other = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
+    other = ElasticDeletionAudit(ES, prefix=es_prefix)
     intercepting = Intercepting(audit, lambda _: None)
     audit._es = intercepting  # type: ignore[assignment]
 
@@ -188,7 +176,7 @@ def test_a_writer_that_takes_the_blocks_number_first_makes_it_link_after_its_rec
         audit.close()
         other.close()
 
-    check = ElasticDeletionAudit(ES, prefix=prefix)
+    check = ElasticDeletionAudit(ES, prefix=es_prefix)
     try:
         links, head = check.chain()
         events = [r.event_id for r in check.records()]
@@ -198,13 +186,13 @@ def test_a_writer_that_takes_the_blocks_number_first_makes_it_link_after_its_rec
         check.close()
 
 
-def test_a_record_that_cannot_be_created_fails_only_its_own_append(prefix: str) -> None:
+def test_a_record_that_cannot_be_created_fails_only_its_own_append(es_prefix: str) -> None:
     """The block is refused because of one record: each record is created alone, the refused one's
     append raises (its deletion is retried, never acknowledged), the others are recorded."""
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
     intercepting = Intercepting(audit, lambda _: None)
     audit._es = intercepting  # type: ignore[assignment]
 
@@ -226,15 +214,15 @@ def test_a_record_that_cannot_be_created_fails_only_its_own_append(prefix: str) 
         audit.close()
 
 
-def test_an_append_costs_three_requests_and_its_marker_still_stops_a_redelivery(prefix: str) -> None:
+def test_an_append_costs_three_requests_and_its_marker_still_stops_a_redelivery(es_prefix: str) -> None:
     """Once the head is known, an append is: is the event recorded, create the record, then one
     `_bulk` moving the head (compare-and-set on the version this process wrote) with the event's
     marker. It was five (the head read, the head write and the marker each a request of their own)."""
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
-    other = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
+    other = ElasticDeletionAudit(ES, prefix=es_prefix)
     calls: list[str] = []
     real = audit._es
 

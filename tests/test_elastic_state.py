@@ -8,32 +8,17 @@ visibility to a second client right after a write.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest import NOW, require_service, unique
+from conftest import NOW
 
 from indexer.ports import DeletionRecord, DocState
 
 ES = "http://127.0.0.1:9200"
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    require_service("elasticsearch")
-    from indexer.elastic_audit import ElasticDeletionAudit
-    from indexer.elastic_state import ElasticDocStates
-
-    value = unique("ragsync-test-")
-    yield value
-    for cls in (ElasticDocStates, ElasticDeletionAudit):
-        store = cls(ES, prefix=value)
-        store.drop_all()
-        store.close()
 
 
 def record(event_id: str, *, received_ms: int = 0, tenant: str = "acme", removed: int = 4) -> DeletionRecord:
@@ -50,10 +35,10 @@ def record(event_id: str, *, received_ms: int = 0, tenant: str = "acme", removed
     )
 
 
-def test_doc_state_is_visible_to_another_client_and_keeps_odd_ids(prefix: str) -> None:
+def test_doc_state_is_visible_to_another_client_and_keeps_odd_ids(es_prefix: str) -> None:
     from indexer.elastic_state import ElasticDocStates
 
-    writer, reader = ElasticDocStates(ES, prefix=prefix), ElasticDocStates(ES, prefix=prefix)
+    writer, reader = ElasticDocStates(ES, prefix=es_prefix), ElasticDocStates(ES, prefix=es_prefix)
     try:
         odd = "dir/ü n\x00i@c#o:d*e/" + "x" * 1000
         state = DocState(tenant="Acme", doc_id=odd, applied_version=7, acl=("group:a", "user:b"), passage_ids=["p"])
@@ -68,10 +53,10 @@ def test_doc_state_is_visible_to_another_client_and_keeps_odd_ids(prefix: str) -
         reader.close()
 
 
-def test_chunker_versions_of_live_documents(prefix: str) -> None:
+def test_chunker_versions_of_live_documents(es_prefix: str) -> None:
     from indexer.elastic_state import ElasticDocStates
 
-    docs = ElasticDocStates(ES, prefix=prefix)
+    docs = ElasticDocStates(ES, prefix=es_prefix)
     try:
         assert docs.chunker_versions() == set()
         docs.put(DocState(tenant="acme", doc_id="a.md", applied_version=1, chunker_version="c1"))
@@ -82,10 +67,10 @@ def test_chunker_versions_of_live_documents(prefix: str) -> None:
         docs.close()
 
 
-def test_audit_round_trips_instants_to_the_millisecond(prefix: str) -> None:
+def test_audit_round_trips_instants_to_the_millisecond(es_prefix: str) -> None:
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
     try:
         rec = record("e-ms", received_ms=123)
         audit.append(rec)
@@ -98,11 +83,11 @@ def test_audit_round_trips_instants_to_the_millisecond(prefix: str) -> None:
         audit.close()
 
 
-def test_redelivery_never_overwrites_the_first_record(prefix: str) -> None:
+def test_redelivery_never_overwrites_the_first_record(es_prefix: str) -> None:
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
-    other = ElasticDeletionAudit(ES, prefix=prefix)  # a second worker redelivering the same event
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
+    other = ElasticDeletionAudit(ES, prefix=es_prefix)  # a second worker redelivering the same event
     try:
         audit.append(record("e1", removed=4))
         other.append(record("e1", removed=99, received_ms=500))
@@ -113,14 +98,14 @@ def test_redelivery_never_overwrites_the_first_record(prefix: str) -> None:
         other.close()
 
 
-def test_concurrent_appenders_make_one_chain(prefix: str) -> None:
+def test_concurrent_appenders_make_one_chain(es_prefix: str) -> None:
     """Two workers appending at once race for each seq; the loser links after the winner."""
     from concurrent.futures import ThreadPoolExecutor
 
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    workers = [ElasticDeletionAudit(ES, prefix=prefix) for _ in range(3)]
+    workers = [ElasticDeletionAudit(ES, prefix=es_prefix) for _ in range(3)]
     try:
         with ThreadPoolExecutor(3) as pool:
             list(
@@ -138,11 +123,11 @@ def test_concurrent_appenders_make_one_chain(prefix: str) -> None:
             w.close()
 
 
-def test_audit_pages_past_one_search_page(prefix: str, monkeypatch: Any) -> None:
+def test_audit_pages_past_one_search_page(es_prefix: str, monkeypatch: Any) -> None:
     import indexer.elastic_audit as elastic_audit
 
     monkeypatch.setattr(elastic_audit, "PAGE_SIZE", 4)
-    audit = elastic_audit.ElasticDeletionAudit(ES, prefix=prefix)
+    audit = elastic_audit.ElasticDeletionAudit(ES, prefix=es_prefix)
     try:
         for i in range(9):
             audit.append(record(f"e{i}", received_ms=i))
@@ -151,14 +136,14 @@ def test_audit_pages_past_one_search_page(prefix: str, monkeypatch: Any) -> None
         audit.close()
 
 
-def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
+def test_records_from_before_the_chain_are_chained_once(es_prefix: str) -> None:
     from elasticsearch import Elasticsearch
 
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
     es = Elasticsearch(ES)
-    old = f"{prefix}-deletion-audit"
+    old = f"{es_prefix}-deletion-audit"
     for i, event_id in enumerate(["old-b", "old-a"]):
         es.index(
             index=old,
@@ -176,7 +161,7 @@ def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
             },
         )
     es.close()
-    first, second = ElasticDeletionAudit(ES, prefix=prefix), ElasticDeletionAudit(ES, prefix=prefix)
+    first, second = ElasticDeletionAudit(ES, prefix=es_prefix), ElasticDeletionAudit(ES, prefix=es_prefix)
     try:
         assert [r.event_id for r in second.records()] == ["old-b", "old-a"]
         assert verify(*first.chain()) == []
@@ -185,13 +170,13 @@ def test_records_from_before_the_chain_are_chained_once(prefix: str) -> None:
         second.close()
 
 
-def test_an_append_holds_the_chain_lock_for_its_create_only(prefix: str) -> None:
+def test_an_append_holds_the_chain_lock_for_its_create_only(es_prefix: str) -> None:
     """Every deletion of a worker appends through one chain lock: with the probe of the next seq and
     the head's read and write inside it (four round trips), a burst of deletions queued for seconds
     behind each other's evidence on a busy machine. Only the conditional create needs the lock."""
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
     real = audit._es
     under_lock: list[str] = []
 
@@ -223,7 +208,7 @@ def test_an_append_holds_the_chain_lock_for_its_create_only(prefix: str) -> None
         audit.close()
 
 
-def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix: str) -> None:
+def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(es_prefix: str) -> None:
     """The head moves outside the chain lock, once for every link created meanwhile: it must still end
     at the last link, and the chain must stay whole, with threads of one worker and several workers."""
     from concurrent.futures import ThreadPoolExecutor
@@ -231,7 +216,7 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    workers = [ElasticDeletionAudit(ES, prefix=prefix) for _ in range(2)]
+    workers = [ElasticDeletionAudit(ES, prefix=es_prefix) for _ in range(2)]
     try:
         with ThreadPoolExecutor(12) as pool:
             list(pool.map(lambda i: workers[i % 2].append(record(f"m{i}", received_ms=i)), range(36)))
@@ -244,7 +229,7 @@ def test_many_threads_and_workers_make_one_chain_with_the_head_at_its_end(prefix
             w.close()
 
 
-def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_request(prefix: str) -> None:
+def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_request(es_prefix: str) -> None:
     """While a create is in flight, later appends queue, and one thread creates all of them with ONE
     create (a block): one request per record kept the deletions of a loaded machine queued behind
     each other's evidence (converged 2.5 s p50, 3.9 s p99 at a load of 4 busy loops)."""
@@ -256,7 +241,7 @@ def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_reque
     from indexer.audit_chain import verify
     from indexer.elastic_audit import ElasticDeletionAudit
 
-    audit = ElasticDeletionAudit(ES, prefix=prefix)
+    audit = ElasticDeletionAudit(ES, prefix=es_prefix)
     audit.append(record("warm"))
     real = audit._es
     creators: list[int] = []
@@ -301,7 +286,7 @@ def test_appends_queued_behind_a_create_are_created_by_one_writer_with_one_reque
         audit.close()
 
 
-def test_states_put_by_concurrent_appliers_share_one_bulk_and_each_is_read_back(prefix: str) -> None:
+def test_states_put_by_concurrent_appliers_share_one_bulk_and_each_is_read_back(es_prefix: str) -> None:
     """Twelve appliers put states while one put is in flight: the queued ones go in one `_bulk`
     (a request each was where a loaded machine's revocations waited after the stores), and each
     state is there, to a real-time GET of another client, once its own put returned."""
@@ -312,8 +297,8 @@ def test_states_put_by_concurrent_appliers_share_one_bulk_and_each_is_read_back(
 
     from indexer.elastic_state import ElasticDocStates
 
-    docs = ElasticDocStates(ES, prefix=prefix)
-    other = ElasticDocStates(ES, prefix=prefix)
+    docs = ElasticDocStates(ES, prefix=es_prefix)
+    other = ElasticDocStates(ES, prefix=es_prefix)
     real = docs._es
     requests: list[str] = []
     held, release = threading.Event(), threading.Event()
