@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from concurrent_writes import HOLDS, apply_twelve
 from conftest import NOW, make_passage
 
 from indexer.ports import FieldWeights
@@ -340,3 +341,35 @@ def test_the_default_analyzer_matches_whole_words_on_every_adapter(lexical_index
     assert ids(lexical_index.search("REFUNDS", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
     assert lexical_index.search("refund", STAFF, 10, 0.0) == []
     assert lexical_index.search("pay", STAFF, 10, 0.0) == []
+
+
+def test_twelve_concurrent_revocations_then_deletions_are_each_visible_when_their_call_returns(
+    lexical_index: Any,
+) -> None:
+    """The worker acknowledges an event when the store's call returns, from several appliers at once:
+    each revocation and deletion must be in effect for the next search by then, whatever the adapter
+    does with concurrent calls. Adapters that combine queued writes (HOLDS: Elasticsearch) send the
+    twelve in two requests (the first, held in flight, and one for the eleven queued behind it)."""
+    docs = [f"d{i:02d}.md" for i in range(12)]
+    lexical_index.upsert(
+        [make_passage(f"Quarterly figures {d}.", doc_id=d, anchor=f"a-{v}", version=v) for d in docs for v in (1, 2)]
+    )
+    assert len(lexical_index.search("quarterly figures", STAFF, 100, 0.0)) == 24
+    board = AccessFilter("acme", ("group:board",), NOW)
+
+    def revoked(doc: str) -> bool:
+        staff = {h.passage.doc_id for h in lexical_index.search("quarterly figures", STAFF, 100, 0.0)}
+        granted = [h for h in lexical_index.search("quarterly figures", board, 100, 0.0) if h.passage.doc_id == doc]
+        return doc not in staff and len(granted) == 2
+
+    def deleted(doc: str) -> bool:
+        found = {h.passage.doc_id for h in lexical_index.search("quarterly figures", board, 100, 0.0)}
+        return doc not in found and lexical_index.count("acme", doc) == 0
+
+    requests = apply_twelve(
+        lexical_index, docs, "acl", lambda d: lexical_index.set_acl("acme", d, ["group:board"], {}), revoked
+    )
+    assert requests == (2 if lexical_index.name in HOLDS else None), f"12 revocations took {requests} requests"
+    requests = apply_twelve(lexical_index, docs, "delete", lambda d: lexical_index.delete_doc("acme", d), deleted)
+    assert requests == (2 if lexical_index.name in HOLDS else None), f"12 deletions took {requests} requests"
+    assert lexical_index.search("quarterly figures", board, 100, 0.0) == []
