@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
 from loo_collect import load_or_collect  # noqa: E402
-from loo_harness import held_out, run_final  # noqa: E402
+from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
 from loo_rank import Compiled, Figures, Method, compile_question, fast_figures, fast_rank, rank  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -246,16 +246,7 @@ def final(
         model = ExtractiveModel(ctx.model.embedder, min_meaning=ctx.model.min_meaning, min_score=min_score)
         report = run_eval(replace(default_ctx(ctx, retriever), model=model), questions, Gates(k=10))
         figures: dict[str, Any] = summary(report, [0.0]) | {
-            "by_type": {
-                t: {
-                    "fused": v["retrieval"]["fused"].get("recall@10"),
-                    "bm25": v["retrieval"].get("bm25", {}).get("recall@10"),
-                    "dense": v["retrieval"].get("dense", {}).get("recall@10"),
-                    "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
-                }
-                for t, v in report["by_type"].items()
-                if "retrieval" in v
-            },
+            "by_type": by_type_figures(report, ("fused", "bm25", "dense", "grounded_loop")),
             "abstain_rate": report["overall"]["loop"]["abstain_rate"],
         }
         return figures

@@ -18,6 +18,22 @@ from eval_homes import embed_model_path, set_paths
 
 C = TypeVar("C", bound=Hashable)
 
+BY_TYPE: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "n": lambda v: v.get("n"),
+    "fused": lambda v: v["retrieval"]["fused"].get("recall@10"),
+    "bm25": lambda v: v["retrieval"].get("bm25", {}).get("recall@10"),
+    "dense": lambda v: v["retrieval"].get("dense", {}).get("recall@10"),
+    "grounded_loop": lambda v: v.get("loop", {}).get("grounded_answer_rate"),
+    "grounded_single": lambda v: v.get("single", {}).get("grounded_answer_rate"),
+}
+"""The per-question-type figures a final run can report, read from `ragsync eval`'s report["by_type"]."""
+
+
+def by_type_figures(report: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The named BY_TYPE figures of each question type that has retrieval figures: one reading of the
+    report for both protocols, so the same name is the same figure in both results files."""
+    return {t: {name: BY_TYPE[name](v) for name in names} for t, v in report["by_type"].items() if "retrieval" in v}
+
 
 def held_out(sets: Sequence[str], choose: Callable[[Sequence[str]], C]) -> tuple[C, dict[str, C]]:
     """(the choice made on all `sets`, each set's choice made on the other sets); a set alone gets the

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 from leave_one_out import protocol, select
+from loo_harness import by_type_figures
 from loo_rank import (
     Candidate,
     Figures,
@@ -86,3 +87,22 @@ def test_a_sets_held_out_choice_ignores_that_set() -> None:
     assert report["sets"]["one"]["held_out"]["fused_recall@10"] == 0.5
     assert select(figs, ["one"], [a, b]) == b
     assert select({"x": {a: _fig(0.8), b: _fig(0.8)}}, ["x"], [b, a]) == a  # a tie keeps the defaults
+
+
+def test_by_type_figures_reads_each_named_figure_of_the_types_with_retrieval() -> None:
+    """One reading of the eval report for answer_rule.py and leave_one_out.py: a type with no retrieval
+    figures is left out, a missing ranker or mode is None rather than a KeyError."""
+    report = {
+        "by_type": {
+            "fact": {
+                "n": 7,
+                "retrieval": {"fused": {"recall@10": 0.9}, "bm25": {"recall@10": 0.8}},
+                "loop": {"grounded_answer_rate": 0.7},
+            },
+            "abstain": {"n": 3, "loop": {"grounded_answer_rate": 0.0}},
+        }
+    }
+    assert by_type_figures(report, ("n", "fused", "bm25", "dense", "grounded_loop", "grounded_single")) == {
+        "fact": {"n": 7, "fused": 0.9, "bm25": 0.8, "dense": None, "grounded_loop": 0.7, "grounded_single": None}
+    }
+    assert by_type_figures(report, ("fused",)) == {"fact": {"fused": 0.9}}
