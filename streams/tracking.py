@@ -113,10 +113,9 @@ class Tracker:
             return self._pending[event.event_id]
 
     def consumed_many(self, records: Sequence[Record]) -> None:
-        """`consumed` for a batch of records: the deny entries in one write when the set takes several
-        at once (RedisDenySet.add_many), each event's `consumed_at` the instant before that write."""
-        add_many = getattr(self.deny, "add_many", None)
-        if add_many is None:
+        """`consumed` for a batch of records: the deny entries in one write (DenySet.add_many), each
+        event's `consumed_at` the instant before that write."""
+        if self.deny is None:
             for record in records:
                 self.consumed(record)
             return
@@ -131,7 +130,7 @@ class Tracker:
                     fresh.append((record, event))
         entries = [e for _, event in fresh if (e := deny_entry(event, at)) is not None]
         try:
-            add_many(entries)
+            self.deny.add_many(entries)
         except (DenyUnavailable, OSError) as exc:
             self._warn(f"deny set unavailable, {len(entries)} revocations and deletions wait for the stores: {exc}")
         overtaken: list[Event] = []

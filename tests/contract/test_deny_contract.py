@@ -112,6 +112,27 @@ def test_apply_deny_rules() -> None:
     assert apply_deny(passages, [], STAFF) == passages
 
 
+def test_add_many_is_add_for_each(deny: Any) -> None:
+    """Declared on the port, so a worker's deny path writes a fetched batch at once on any adapter (it
+    used to probe for the method and fall back to one write per event): the same keep-the-highest-
+    version rule per entry, entries of several kinds and tenants in one call, an empty call a no-op."""
+    deny.add(entry("a.md", DenyKind.ACL, 5, ("group:hr",)))
+    deny.add_many([])
+    deny.add_many(
+        [
+            entry("a.md", DenyKind.ACL, 3, ("group:all",)),  # older than the one there: ignored
+            entry("a.md", DenyKind.DELETED, 6),
+            entry("b.md", DenyKind.DELETED, 1),
+            entry("c.md", DenyKind.ACL, 2, ("group:x",), tenant="globex"),
+        ]
+    )
+    got = {(e.doc_id, e.kind): e for e in deny.lookup("acme", ["a.md", "b.md"])}
+    assert set(got) == {("a.md", DenyKind.ACL), ("a.md", DenyKind.DELETED), ("b.md", DenyKind.DELETED)}
+    assert got[("a.md", DenyKind.ACL)].version == 5 and got[("a.md", DenyKind.ACL)].acl == ("group:hr",)
+    assert got[("a.md", DenyKind.DELETED)].version == 6
+    assert [e.acl for e in deny.lookup("globex", ["c.md"])] == [("group:x",)]
+
+
 def test_redis_add_many_is_add_for_each_in_one_round_trip() -> None:
     """The cluster worker's deny agent writes the entries of the events fetched together at once:
     the same keep-the-highest-version rule per entry, one pipeline to Redis."""
