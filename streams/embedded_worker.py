@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from indexer.ports import Vectors
@@ -101,11 +101,8 @@ class EmbeddedWorker:
         self.interleaved = 0
         """Document upserts applied in rounds with revocations (`_interleave`)."""
         self._journal = events.journal
-        # The SQLite log groups a round's writes in one transaction (SqliteEventLog.one_transaction);
-        # another log commits each as before.
-        self._log_transaction: Callable[[], AbstractContextManager[None]] = getattr(
-            events, "one_transaction", nullcontext
-        )
+        self._log_transaction: Callable[[], AbstractContextManager[None]] = events.one_transaction
+        """Groups a round's writes in one transaction where the log can (EventLog.one_transaction)."""
 
     def backlog(self) -> dict[str, int]:
         return {topic: self.events.lag(topic, self.group) for topic in EVENT_TOPICS}

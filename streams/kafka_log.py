@@ -16,10 +16,12 @@ The topics, their limits and their compaction are set up by streams/kafka_admin.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
@@ -315,6 +317,10 @@ class KafkaEventLog:
         with self._lock:
             ends = retrying(self._admin.list_partition_offsets, {tp: OffsetSpec.LATEST for tp in tps})
         return sum(int(ends[tp].offset) for tp in tps)
+
+    def one_transaction(self) -> AbstractContextManager[None]:
+        """Nothing to group: every record is the broker's once acknowledged (see EventLog.one_transaction)."""
+        return contextlib.nullcontext()
 
     def purge(self) -> PurgeDetails:
         """Nothing of ours to run: the broker's cleaner compacts erased records out (see `removal`)."""

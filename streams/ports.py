@@ -8,6 +8,7 @@ comes from the indexer's idempotent, versioned writes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -105,6 +106,11 @@ class EventLog(Protocol):
 
     def dead_letters(self) -> int:
         """Dead letters ever written (the dlq topic's end offsets), for status."""
+
+    def one_transaction(self) -> AbstractContextManager[None]:
+        """A block whose erasures, compactions and journalled commits the log makes durable together (the
+        SQLite log: one transaction, one fsync for a worker's round); a log that cannot group them
+        (Kafka: each write is the broker's) returns a block that groups nothing."""
 
     @property
     def journal(self) -> AppliedJournal | None:

@@ -166,3 +166,20 @@ def test_a_journal_when_declared_keeps_what_each_commit_applied(event_log: Any) 
     assert [
         (e.event_id, e.outcome, e.passages_written) for e in journal.applied(group, TOPIC_DOCUMENTS, start, start + 1)
     ] == [(event.event_id, "applied", 2)]
+
+
+def test_commits_inside_one_transaction_hold_once_it_ends(event_log: Any) -> None:
+    """Declared on every log, so the embedded worker groups a round's writes without probing the log for
+    the method: what is committed inside the block is the group's position once the block ends (the
+    SQLite log commits it with the block's one transaction; Kafka's block groups nothing)."""
+    for v in range(1, 4):
+        event_log.publish(upsert(f"test:t{v}.md", 1))
+    event_log.flush()
+    records = poll_all(event_log, TOPIC_DOCUMENTS, "g-tx", 3)
+    assert len(records) == 3
+    with event_log.one_transaction():
+        event_log.commit("g-tx", records[:2])
+        event_log.commit("g-tx", records[2:])
+    event_log.rewind(TOPIC_DOCUMENTS, "g-tx")
+    assert event_log.poll(TOPIC_DOCUMENTS, "g-tx", 100, 1.0) == []
+    assert event_log.lag(TOPIC_DOCUMENTS, "g-tx") == 0
