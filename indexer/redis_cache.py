@@ -22,12 +22,12 @@ import secrets
 import time
 
 import redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from indexer.redis_keys import REDIS_UNAVAILABLE as _UNAVAILABLE
+from indexer.redis_keys import unlink_matching
 
 log = logging.getLogger(__name__)
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 _WARN_EVERY_S = 30.0
 """At most one warning per interval while Redis is down: a log line per query would flood."""
 
@@ -83,14 +83,7 @@ class RedisCache:
 
     def drop_all(self) -> None:
         """Delete every key of this namespace, generations included (tests)."""
-        batch: list[bytes] = []
-        for key in self._redis.scan_iter(match=f"{self.namespace}:*", count=500):
-            batch.append(key)
-            if len(batch) >= 500:
-                self._redis.unlink(*batch)
-                batch = []
-        if batch:
-            self._redis.unlink(*batch)
+        unlink_matching(self._redis, f"{self.namespace}:*")
 
     def close(self) -> None:
         self._redis.close()

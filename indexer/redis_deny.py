@@ -20,13 +20,11 @@ import json
 from collections.abc import Iterable, Sequence
 
 import redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from indexer.deny import DenyEntry, DenyKind, DenyUnavailable
+from indexer.redis_keys import REDIS_UNAVAILABLE as _UNAVAILABLE
+from indexer.redis_keys import unlink_matching
 from schemas._time import from_epoch_ms, to_epoch_ms
-
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 _ADD = """
 local current = redis.call('GET', KEYS[1])
@@ -128,9 +126,7 @@ class RedisDenySet:
 
     def drop_all(self) -> None:
         """Delete this namespace's deny keys (tests)."""
-        keys = list(self._redis.scan_iter(match=f"{self.namespace}:deny:*", count=500))
-        if keys:
-            self._redis.unlink(*keys)
+        unlink_matching(self._redis, f"{self.namespace}:deny:*")
 
     def close(self) -> None:
         self._redis.close()

@@ -20,14 +20,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 import redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from indexer.ports import PurgeDetails, Removal
+from indexer.redis_keys import REDIS_UNAVAILABLE as _UNAVAILABLE
+from indexer.redis_keys import unlink_matching
 
 log = logging.getLogger(__name__)
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 _WARN_EVERY_S = 30.0
 DEFAULT_TTL_S = 30 * 24 * 3600
 """A month: long enough that re-syncs and new tenant copies hit, short enough that dropped texts age out."""
@@ -108,14 +107,7 @@ class RedisEmbeddingCache:
 
     def drop_all(self) -> None:
         """Delete this namespace's embedding entries (tests)."""
-        batch: list[bytes] = []
-        for key in self._redis.scan_iter(match=f"{self.namespace}:emb:*", count=500):
-            batch.append(key)
-            if len(batch) >= 500:
-                self._redis.unlink(*batch)
-                batch = []
-        if batch:
-            self._redis.unlink(*batch)
+        unlink_matching(self._redis, f"{self.namespace}:emb:*")
 
     def close(self) -> None:
         self._redis.close()
