@@ -70,6 +70,7 @@ from typing import Any
 from connectors.base import Earlier, Skipped, SourceDocument
 from connectors.dokuwiki_history import PageHistory, earlier
 from connectors.permissions import Directory, PrincipalMap, Translation, translate
+from schemas.errors import SourceUnavailable
 
 READ = 1
 ADMIN = 255
@@ -77,7 +78,7 @@ MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 """A bound on any one answer of the wiki (the page list, a rendered page, the user export)."""
 
 
-class DokuWikiError(RuntimeError):
+class DokuWikiError(SourceUnavailable):
     """The wiki could not be read: the pass fails in one line and deletes nothing."""
 
 

@@ -43,6 +43,7 @@ from connectors.nt_acl import Descriptor, SamDirectory, decide
 from connectors.permissions import PrincipalMap
 from connectors.smb_rpc import parse_descriptor
 from connectors.smb_rpc import short as _short
+from schemas.errors import SourceUnavailable
 from schemas.events import SOURCE_NAME_PATTERN, valid_source_name
 
 READ_CONTROL = 0x00020000
@@ -61,7 +62,7 @@ SESSION_MAX_AGE_S = 300.0
 """Descriptor requests in flight at once on the connection (Samba grants far more credits)."""
 
 
-class SmbUnavailable(Exception):
+class SmbUnavailable(SourceUnavailable):
     """The server cannot be reached or refuses the connector: the whole pass fails, nothing is deleted."""
 
 

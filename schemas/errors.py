@@ -15,6 +15,9 @@ Two kinds, because they call for opposite handling:
     │   ├── StoreUnavailable          a store: unreachable, incompatible, locked
     │   │     ElasticUnavailable (indexer.elastic), QdrantUnavailable (indexer.qdrant_server),
     │   │     KafkaUnavailable (streams.kafka_producer): the adapters' own, beside them
+    │   ├── SourceUnavailable         a document source (a wiki, a share) cannot be read: the pass
+    │   │     fails, nothing is deleted; DokuWikiError (connectors.dokuwiki), SmbUnavailable
+    │   │     (connectors.smb), the connectors' own, beside them
     │   ├── DenyUnavailable           the deny set could not be read or written
     │   ├── ModelUnavailable          an embedding or answering model gave nothing
     │   └── RerankerUnavailable       the cross-encoder export cannot be loaded
@@ -48,6 +51,7 @@ __all__ = [
     "OverBudget",
     "RagsyncError",
     "RerankerUnavailable",
+    "SourceUnavailable",
     "StoreUnavailable",
     "Unavailable",
     "Unchunkable",
@@ -68,6 +72,11 @@ class Unavailable(RagsyncError, RuntimeError):
 
 class StoreUnavailable(Unavailable):
     """A store cannot be used at all (unreachable, incompatible, locked): the message is one line saying what to do."""
+
+
+class SourceUnavailable(Unavailable):
+    """A document source cannot be read now (unreachable, refused login): that source's pass fails in one
+    line and deletes nothing, since an unread source says nothing about which documents are gone."""
 
 
 class DenyUnavailable(Unavailable):
