@@ -84,6 +84,23 @@ class Skipped:
         return f"{self.path}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
 
 
+class PassReport:
+    """`errors` and `skipped` of the SourceConnector port, kept the same way by every connector: each
+    documents() pass starts both lists afresh, and a reader gets copies, so a report being written
+    out is never changed under it by the next pass."""
+
+    _errors: list[str]
+    _skipped: list[Skipped]
+
+    @property
+    def errors(self) -> list[str]:
+        return list(self._errors)
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        return list(self._skipped)
+
+
 class SourceConnector(Protocol):
     name: str  # short, stable source name (schemas.events.SOURCE_NAME_PATTERN): the namespace of its doc IDs
     location: str  # what the name is bound to, e.g. "drive:/abs/root": one location per name (ConnectorState.claim)

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.base import Earlier, Skipped, SourceDocument
+from connectors.base import Earlier, PassReport, Skipped, SourceDocument
 from connectors.dokuwiki_history import PageHistory, earlier
 from connectors.permissions import Directory, PrincipalMap, Translation, translate
 from schemas.errors import SourceUnavailable
@@ -301,7 +301,7 @@ def doc_path(page: str) -> str:
     return page.replace(":", "/")
 
 
-class DokuWikiConnector:
+class DokuWikiConnector(PassReport):
     """The listing, rules and directory of one pass; content fetched lazily per page revision."""
 
     def __init__(
@@ -322,17 +322,10 @@ class DokuWikiConnector:
         self.tenant = tenant
         self.principals = principals or PrincipalMap()
         self._errors: list[str] = []
+        self._skipped: list[Skipped] = []  # every page is a document: nothing is skipped
         self._superusers: tuple[Mapping[str, frozenset[str]], frozenset[str], frozenset[str]] | None = None
         self.unmapped: set[str] = set()
         self._helpers = (client.twin(), client.twin())
-
-    @property
-    def errors(self) -> list[str]:
-        return self._errors
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        return []
 
     @property
     def locked_folders(self) -> tuple[str, ...]:

@@ -64,7 +64,7 @@ from connectors.access import (
     resolve_access,
     resolve_tree,
 )
-from connectors.base import ContentType, Skipped, SourceDocument
+from connectors.base import ContentType, PassReport, Skipped, SourceDocument
 from connectors.permissions import Directory, PrincipalMap, Translation, index_admits, principal_entries, translate
 
 __all__ = [
@@ -266,7 +266,7 @@ def _inodes(folders: Sequence[Path]) -> frozenset[tuple[int, int]]:
     return frozenset(found)
 
 
-class DriveConnector:
+class DriveConnector(PassReport):
     """`tenants`: the only tenants its manifests may name (declared by whoever configures the source,
     never by a file in it); `refuse`: folders never read (the ragsync home); `url_base`: where users
     open the files (else the root manifest's `url_base`, else the path relative to the root)."""
@@ -302,14 +302,6 @@ class DriveConnector:
         self._errors: list[str] = []
         self.locked_folders: tuple[str, ...] = ()  # SourceConnector.locked_folders: set by each pass
         self._skipped: list[Skipped] = []
-
-    @property
-    def errors(self) -> list[str]:
-        return list(self._errors)
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        return list(self._skipped)
 
     def refusal(self) -> str | None:
         """Why this root is never read (it is, or holds, the ragsync home), or None."""

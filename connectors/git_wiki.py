@@ -53,7 +53,7 @@ from connectors.access import (
     parse_manifest,
     resolve_tree,
 )
-from connectors.base import Skipped, SourceDocument
+from connectors.base import PassReport, Skipped, SourceDocument
 from connectors.drive import EXTENSIONS
 from schemas.events import SOURCE_NAME_PATTERN, source_name_from, valid_source_name
 
@@ -97,7 +97,7 @@ class _Entry:
     sha: str
 
 
-class GitWikiConnector:
+class GitWikiConnector(PassReport):
     """Pages of a git tree at `ref` (under `subdir`), with access from committed manifests.
 
     `tenants` are the only tenants its manifests may name (declared by whoever configures the source).
@@ -140,14 +140,6 @@ class GitWikiConnector:
         self._errors: list[str] = []
         self.locked_folders: tuple[str, ...] = ()  # SourceConnector.locked_folders: set by each pass
         self._skipped: list[Skipped] = []
-
-    @property
-    def errors(self) -> list[str]:
-        return list(self._errors)
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        return list(self._skipped)
 
     async def documents(self) -> AsyncIterator[SourceDocument]:
         self._errors, self._skipped = [], []

@@ -37,7 +37,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from connectors import smb_rpc
-from connectors.base import Skipped, SourceDocument
+from connectors.base import PassReport, Skipped, SourceDocument
 from connectors.drive import DEFAULT_MAX_BYTES, EXTENSIONS, document_url
 from connectors.nt_acl import Descriptor, SamDirectory, decide
 from connectors.permissions import PrincipalMap
@@ -235,7 +235,7 @@ class _Session:
         return smb_rpc.names(self.conn, self.target, sids)
 
 
-class SmbConnector:
+class SmbConnector(PassReport):
     """`tenant`: the only tenant its documents go to (declared in the settings). `share_open`: the share
     grants every user (for servers that do not hand their share ACL to the connector)."""
 
@@ -265,14 +265,6 @@ class SmbConnector:
         self._session: _Session | None = None
         self._session_at = 0.0
         self._lock = threading.Lock()
-
-    @property
-    def errors(self) -> list[str]:
-        return list(self._errors)
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        return list(self._skipped)
 
     @property
     def locked_folders(self) -> tuple[str, ...]:
