@@ -4,7 +4,8 @@ operator metrics.
 Two ways to run it:
 - `ragsync serve` (run_server): the API on --host/--port, with a startup line naming each address,
   and the operator metrics on a listener of their own (`metrics_host`:`metrics_port`, 127.0.0.1
-  by default).
+  by default); on the cluster profile `--workers N` runs N such processes on one socket
+  (ragsync.serve_workers).
 - `ragsync.server:app`, an ASGI app configured from settings (RAGSYNC_* / ragsync.toml) when the
   server starts it, for uvicorn or gunicorn with workers and TLS:
       uvicorn ragsync.server:app --host 0.0.0.0 --port 8443 --ssl-keyfile k.pem --ssl-certfile c.pem
