@@ -110,11 +110,12 @@ def run_workers(
             os.close(write_end)
             pipes.append(read_end)
         if not _wait_ready(children, pipes, stop):
-            return 1 if not stop.is_set() else 0
-        announce(
-            f"ragsync serve: API on {listener.url}  (POST /v1/ask; docs {listener.url}/docs, "
-            f"OpenAPI {listener.url}/openapi.json)"
-        )
+            if stop.is_set():
+                return 0
+            announce(f"ragsync serve: a worker did not start within {READY_TIMEOUT_S:.0f}s or exited; stopping")
+            return 1
+        url = listener.url.replace("http://", "https://", 1) if "--ssl-certfile" in command.serve_args else listener.url
+        announce(f"ragsync serve: API on {url}  (POST /v1/ask; docs {url}/docs, OpenAPI {url}/openapi.json)")
         announce(f"ragsync serve: {workers} workers (pids {' '.join(str(c.pid) for c in children)}), one socket")
         if metrics is not None:
             announce(
