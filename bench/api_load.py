@@ -20,6 +20,7 @@ sentence embeddings, embedding cache, stores, answer step, HTTP).
     python3 bench/api_load.py --profile embedded                 # 50 clients, 60 s
     python3 bench/api_load.py --profile cluster --duration 15    # a quick look
     flock /work/wt/bench.lock python3 bench/api_load.py --profile embedded --label after --py-spy 10
+    flock /work/wt/bench.lock python3 bench/api_load.py --profile cluster --workers 1,2,3 --duration 30
 
 Results are merged into bench/results/api_load.json under runs[<profile>][<label>].
 """
@@ -33,7 +34,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from eval_homes import embed_model_path, set_paths  # noqa: E402
+from load_profile import cpu_seconds, spy_for, summarise_profile  # noqa: E402
 from serving import start_serve, stop  # noqa: E402
 
 from query.tokens import issue_token  # noqa: E402
@@ -60,21 +61,6 @@ SECRET = "bench-api-load-secret-0123456789abcdef"
 QDRANT = "http://127.0.0.1:6333"
 GOALS = {"embedded": {"p95_ms": 300, "rps": 100}, "cluster": {"p95_ms": 200, "rps": 100}}
 SET_TENANTS = {"python-manual": ("pydocs", "pyschool"), "git-doc": ("gitdocs",), "flex-doc": ("flexdocs",)}
-
-STAGES = (
-    # (stage, substrings of a frame, first match from the leaf upwards wins)
-    ("question embedding (ONNX)", ("embed_query", "query_batch")),  # query_batch: the batcher's runner thread
-    ("sentence embeddings (ONNX)", ("onnxruntime", "fastembed")),
-    ("embedding cache", ("get_many", "embedding_key", "redis_embeddings", "embedding_cache")),
-    ("reranker (Python)", ("query/rerank.py",)),
-    ("answer step (Python)", ("query/extractive.py", "query/reading.py", "query/sentences.py")),
-    ("lexical store", ("sqlite_fts", "indexer/elastic")),
-    ("vector store", ("qdrant",)),
-    ("deny set / result cache", ("indexer/deny", "redis_deny", "indexer/cache", "redis_cache", "indexer/state")),
-    ("tokens", ("query/tokens.py",)),
-    ("query worker, retrieval (Python)", ("query/retrieval.py", "query/worker.py", "query/loop.py", "query/citat")),
-    ("HTTP, JSON, event loop", ("uvicorn", "starlette", "fastapi", "pydantic", "h11", "httptools", "asyncio", "anyio")),
-)
 
 
 def questions(base: Path) -> list[dict[str, Any]]:
@@ -173,14 +159,6 @@ def wait_applied(tag: str, expected: int, timeout_s: float = 600.0) -> dict[str,
     raise SystemExit(f"the worker applied {counts} of {expected} passages within {timeout_s:.0f}s")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of a process so far (Linux /proc): what an answer costs the serve, a figure
-    that a busy machine inflates much less than latency or throughput (which depend on the CPU share the
-    serve gets beside other jobs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
@@ -261,66 +239,6 @@ def warm_pass(api: str, asks: list[tuple[str, str]]) -> dict[str, Any]:
     return {"questions": len(distinct), "seconds": round(time.monotonic() - started, 1)}
 
 
-def stage_of(stack: str) -> str:
-    frames = stack.split(";")
-    for frame in reversed(frames):
-        for stage, needles in STAGES:
-            if any(n in frame for n in needles):
-                if stage == "sentence embeddings (ONNX)" and ("embed_query" in stack or "query_batch" in stack):
-                    return "question embedding (ONNX)"  # the same ONNX frames, under embed_query
-                return stage
-    return "other Python"
-
-
-def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            "py-spy",
-            "record",
-            "--pid",
-            str(pid),
-            "--duration",
-            str(int(seconds)),
-            "--rate",
-            "100",
-            "--format",
-            "raw",
-            "--output",
-            str(out),
-            "--nonblocking",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def spy_for(pid: int, seconds: float, out: Path) -> None:
-    """py-spy for `seconds`; on a crowded machine it can hang, so it is stopped after a grace period."""
-    proc = py_spy(pid, seconds, out)
-    try:
-        proc.wait(seconds + 60)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # py-spy writes what it sampled on SIGINT
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def summarise_profile(path: Path) -> dict[str, Any]:
-    """Samples of busy threads by stage (a stage is the innermost frame that names one)."""
-    if not path.is_file():
-        return {"error": "py-spy wrote nothing"}
-    totals: Counter[str] = Counter()
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            totals[stage_of(stack)] += int(count)
-    total = sum(totals.values()) or 1
-    return {"samples": total, "share": {k: round(v / total, 3) for k, v in totals.most_common()}}
-
-
 def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, str], Path, list[Any]]:
     """The home to serve and the processes to stop afterwards."""
     base, eval_home = set_paths(args.set, args.variant, None)
@@ -375,11 +293,17 @@ def main() -> None:
         action="store_false",
         help="skip asking every question once before the load (a home never asked has no sentence vectors yet)",
     )
+    parser.add_argument(
+        "--workers",
+        default="1",
+        help="serving processes (serve --workers N, cluster profile); a list such as 1,2,3 measures each in turn "
+        "on the same stores, under <label>_w<N>",
+    )
     args = parser.parse_args()
 
-    load_start = os.getloadavg()
     tag = uuid.uuid4().hex[:8]
     procs: list[Any] = []
+    counts = [int(n) for n in str(args.workers).split(",")]
     with tempfile.TemporaryDirectory(prefix="ragsync-bench-api-load-") as tmp_name:
         tmp = Path(tmp_name)
         try:
@@ -392,46 +316,62 @@ def main() -> None:
                 if key not in tokens:
                     tokens[key] = issue_token(SECRET, Principal(tenant=key[0], user=key[1], groups=key[2]), ttl_s=7200)
                 asks.append((tokens[key], q["question"]))
-            serve, api = start_serve(env, tmp / "serve.log", cwd=args.tree.resolve())
-            warmed = warm_pass(api, asks) if args.warm_pass else None
-            procs.append(serve)
-            spy = tmp / "spy.txt"
-
-            async def window_cpu() -> float:
-                await asyncio.sleep(args.warmup)
-                before = cpu_seconds(serve.pid)
-                await asyncio.sleep(args.duration)
-                return cpu_seconds(serve.pid) - before
-
-            async def run() -> dict[str, Any]:
-                task = asyncio.create_task(load(api, asks, args.clients, args.duration, args.warmup))
-                cpu = asyncio.create_task(window_cpu())
-                if args.py_spy > 0:
-                    await asyncio.sleep(args.warmup + max(0.0, (args.duration - args.py_spy) / 2))
-                    await asyncio.to_thread(spy_for, serve.pid, args.py_spy, spy)
-                measured = await task
-                used = await cpu
-                measured["serve_cpu_s"] = round(used, 1)
-                measured["serve_cpu_ms_per_request"] = (
-                    round(used * 1000 / measured["requests"], 1) if measured["requests"] else None
-                )
-                return measured
-
-            measured = asyncio.run(run())
-            profile = summarise_profile(spy) if args.py_spy > 0 else None
-            serve_log_tail = [line for line in (tmp / "serve.log").read_text().splitlines() if "ERROR" in line][-5:]
+            for n in counts:
+                entry = measure(args, env, asks, tmp, n)
+                label = args.label if len(counts) == 1 else f"{args.label}_w{n}"
+                record(args, label, entry)
         finally:
             for proc in reversed(procs):
                 stop(proc)
             if args.profile == "cluster":
                 cluster_cleanup(tag)
+
+
+def measure(
+    args: argparse.Namespace, env: dict[str, str], asks: list[tuple[str, str]], tmp: Path, workers: int
+) -> dict[str, Any]:
+    """One serve (`--workers N` when N > 1) under the load, stopped afterwards; its entry in the results."""
+    load_start = os.getloadavg()
+    log = tmp / f"serve-w{workers}.log"
+    extra = ("--workers", str(workers)) if workers > 1 else ()
+    serve, api = start_serve(env, log, cwd=args.tree.resolve(), args=extra)
+    try:
+        warmed = warm_pass(api, asks) if args.warm_pass else None
+        spy = tmp / f"spy-w{workers}.txt"
+
+        async def window_cpu() -> float:
+            await asyncio.sleep(args.warmup)
+            before = cpu_seconds(serve.pid)
+            await asyncio.sleep(args.duration)
+            return cpu_seconds(serve.pid) - before
+
+        async def run() -> dict[str, Any]:
+            task = asyncio.create_task(load(api, asks, args.clients, args.duration, args.warmup))
+            cpu = asyncio.create_task(window_cpu())
+            if args.py_spy > 0:
+                await asyncio.sleep(args.warmup + max(0.0, (args.duration - args.py_spy) / 2))
+                await asyncio.to_thread(spy_for, serve.pid, args.py_spy, spy)
+            measured = await task
+            used = await cpu
+            measured["serve_cpu_s"] = round(used, 1)
+            measured["serve_cpu_ms_per_request"] = (
+                round(used * 1000 / measured["requests"], 1) if measured["requests"] else None
+            )
+            return measured
+
+        measured = asyncio.run(run())
+        profile = summarise_profile(spy) if args.py_spy > 0 else None
+        serve_log_tail = [line for line in log.read_text().splitlines() if "ERROR" in line][-5:]
+    finally:
+        stop(serve)
     goal = GOALS[args.profile]
-    entry = {
+    return {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "set": f"{args.set} ({args.variant})",
         "clients": args.clients,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
+        "serve_workers": workers,
         **measured,
         "meets_goal": measured["errors"] == 0
         and measured["p95_ms"] is not None
@@ -447,13 +387,17 @@ def main() -> None:
         "settings": list(args.setting),
         "command": "python3 " + " ".join(sys.argv),
     }
+
+
+def record(args: argparse.Namespace, label: str, entry: dict[str, Any]) -> None:
+    """Merge one run into the results file as soon as it is measured (earlier runs are kept)."""
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.is_file() else {}
     report.setdefault("benchmark", "answers under load: closed-loop clients on /v1/ask, unique answerable questions")
     report["goals"] = {p: {**g, "errors": 0} for p, g in GOALS.items()}
-    report.setdefault("runs", {}).setdefault(args.profile, {})[args.label] = entry
+    report.setdefault("runs", {}).setdefault(args.profile, {})[label] = entry
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in entry.items() if k not in ("machine",)}, indent=2))
+    print(json.dumps({k: v for k, v in entry.items() if k not in ("machine",)}, indent=2), flush=True)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_serve(
-    env: dict[str, str], log: Path, *, cwd: Path = ROOT, timeout_s: float = 300.0
+    env: dict[str, str], log: Path, *, cwd: Path = ROOT, timeout_s: float = 300.0, args: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`ragsync serve --port 0` with `env` (RAGSYNC_HOME, profile, secret, PYTHONPATH for the source tree to
+    """`ragsync serve --port 0 [args]` with `env` (RAGSYNC_HOME, profile, secret, PYTHONPATH for the source tree to
     run), its output in `log`; returns it once /readyz answers 200, with the API's base URL. The address
     is the one this process announced ("API on ..."), so a serve left behind by another run is never
     mistaken for it. Exits the benchmark, with the log's tail, when the serve exits or is not ready in time."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragsync.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "ragsync.cli", "serve", "--port", "0", *args],
         env=env,
         cwd=cwd,
         stdout=log.open("w"),

@@ -4,7 +4,8 @@ operator metrics.
 Two ways to run it:
 - `ragsync serve` (run_server): the API on --host/--port, with a startup line naming each address,
   and the operator metrics on a listener of their own (`metrics_host`:`metrics_port`, 127.0.0.1
-  by default).
+  by default); on the cluster profile `--workers N` runs N such processes on one socket
+  (ragsync.serve_workers).
 - `ragsync.server:app`, an ASGI app configured from settings (RAGSYNC_* / ragsync.toml) when the
   server starts it, for uvicorn or gunicorn with workers and TLS:
       uvicorn ragsync.server:app --host 0.0.0.0 --port 8443 --ssl-keyfile k.pem --ssl-certfile c.pem
@@ -53,6 +54,7 @@ def run_server(
     port: int = 8080,
     *,
     listener: Listener | None = None,
+    metrics_listener: Listener | None = None,
     checks: Mapping[str, Check] | None = None,
     readiness_details: Callable[[], Mapping[str, Any]] | None = None,
     degraded: Callable[[], Mapping[str, str]] | None = None,
@@ -62,7 +64,8 @@ def run_server(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve until Ctrl-C or SIGTERM (both shut down gracefully, running the app's lifespan shutdown):
-    the API on host:port (or an already bound `listener`) and operator metrics on their own listener.
+    the API on host:port (or an already bound `listener`) and operator metrics on their own listener
+    (`metrics_listener` when already bound: a worker of `serve --workers`, ragsync.serve_workers).
 
     `checks` are added to /readyz (`readiness_details` to its body; `degraded` makes it say "degraded",
     still 200); `configure` may add routes or wrap the lifespan (the home's owner does) before serving.
@@ -80,7 +83,9 @@ def run_server(
     if configure is not None:
         configure(app)
     api = listener if listener is not None else bind(host, port)
-    metrics = bind(settings.metrics_host, settings.metrics_port) if settings.metrics_port is not None else None
+    metrics = metrics_listener
+    if metrics is None and settings.metrics_port is not None:
+        metrics = bind(settings.metrics_host, settings.metrics_port)
     scheme = "https" if ssl_certfile else "http"
     api_url = api.url.replace("http://", f"{scheme}://", 1)
     announce(f"ragsync serve: API on {api_url}  (POST /v1/ask; docs {api_url}/docs, OpenAPI {api_url}/openapi.json)")

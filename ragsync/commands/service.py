@@ -99,6 +99,15 @@ def _take_home(settings: Settings, command: str, api: str | None) -> HomeLock:
     help="With --watch: a tenant the watched folders may hold (repeatable, or comma-separated; required).",
 )
 @click.option("--interval", default=300.0, show_default=True, help="With --watch: seconds between full passes.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Cluster profile: serving processes on one socket (answers use more than one core).",
+)
+@click.option("--listen-fds", default=None, hidden=True, help="A worker of --workers: the inherited sockets.")
+@click.option("--ready-fd", default=None, type=int, hidden=True, help="A worker of --workers: where to say ready.")
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -109,6 +118,9 @@ def serve(
     watch: tuple[Path, ...],
     tenant: tuple[str, ...],
     interval: float,
+    workers: int,
+    listen_fds: str | None,
+    ready_fd: int | None,
 ) -> None:
     """Answer questions over HTTP while keeping the indexes in sync.
 
@@ -132,7 +144,10 @@ def serve(
 
     Operator metrics (Prometheus) are served on their own listener, metrics_host:metrics_port
     (127.0.0.1:9464 by default), never on the API. Each request is logged (method, path, status,
-    latency; never the question). For workers behind gunicorn, run the ASGI app ragsync.server:app.
+    latency; never the question). On the cluster profile --workers N serves from N processes on
+    one socket, the metrics every worker's (sources are declared on a serve of one worker); an
+    embedded home has one owner process, so there --workers stays 1. For workers behind gunicorn,
+    run the ASGI app ragsync.server:app.
 
     \b
     Exit status: 0 stopped; 1 the home is owned by another serve or worker, or its stores cannot
@@ -154,6 +169,11 @@ def serve(
     if tenant and not watch:
         fail("--tenant declares the tenants of --watch folders ([[sources]] declare their own tenants)", EXIT_USAGE)
     sources = _sources(settings, watch, interval, declared_tenants(tenant, "serve --watch") if watch else ())
+    if listen_fds is not None:
+        _serve_worker(settings, listen_fds, ready_fd, ssl_certfile, ssl_keyfile)
+        return
+    if workers > 1:
+        sys.exit(_serve_workers(ctx, settings, host, port, workers, bool(sources), ssl_certfile, ssl_keyfile))
     _check_sources(settings, sources)
     names = [s.name for s in sources]
     # Embedded: serve owns the home. Cluster: it owns nothing but, with sources, their connector
@@ -207,6 +227,73 @@ def serve(
         components.close()
         if lock is not None:
             lock.release()
+
+
+def _serve_workers(
+    ctx: click.Context,
+    settings: Settings,
+    host: str,
+    port: int,
+    workers: int,
+    has_sources: bool,
+    ssl_certfile: str | None,
+    ssl_keyfile: str | None,
+) -> int:
+    """`serve --workers N`: the supervisor of ragsync.serve_workers (cluster profile, no sources)."""
+    from ragsync.serve_workers import WorkerCommand, run_workers
+    from ragsync.server import bind
+    from ragsync.settings import SettingsError
+
+    if settings.profile != "cluster":
+        fail(
+            "--workers > 1 needs the cluster profile: an embedded home has one owner process, which alone "
+            "holds its stores (run one serve; `ragsync ask` and the API go through it)",
+            EXIT_USAGE,
+        )
+    if has_sources:
+        fail("--workers > 1 serves answers only: declare sources (or --watch) on a serve of one worker", EXIT_USAGE)
+    root = ctx.find_root()
+    global_args: list[str] = ["-v"] * int(root.params.get("verbose") or 0)
+    for name, value in (root.obj or {}).items():
+        if value is not None:
+            global_args += [f"--{name}", str(value)]
+    serve_args: list[str] = []
+    if ssl_certfile is not None and ssl_keyfile is not None:
+        serve_args += ["--ssl-certfile", ssl_certfile, "--ssl-keyfile", ssl_keyfile]
+    try:
+        listener = bind(host, port)
+        metrics = bind(settings.metrics_host, settings.metrics_port) if settings.metrics_port is not None else None
+        command = WorkerCommand(tuple(global_args), tuple(serve_args))
+        return run_workers(settings, listener, metrics, workers, command, announce=note)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            error(problem)
+        return EXIT_USAGE
+
+
+def _serve_worker(
+    settings: Settings, listen_fds: str, ready_fd: int | None, ssl_certfile: str | None, ssl_keyfile: str | None
+) -> None:
+    """One worker of `serve --workers N`: answers on the inherited sockets; the supervisor announces them."""
+    from ragsync.serve_workers import listener_of, signal_ready
+    from ragsync.server import run_server
+
+    if settings.profile != "cluster":  # never a way around the embedded home's owner lock
+        fail("--listen-fds is for the workers of `serve --workers N` on the cluster profile", EXIT_USAGE)
+    fds = [int(fd) for fd in listen_fds.split(",")]
+    components = build(settings)
+    try:
+        signal_ready(ready_fd)
+        run_server(
+            components,
+            listener=listener_of(fds[0]),
+            metrics_listener=listener_of(fds[1]) if len(fds) > 1 else None,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+            announce=lambda _: None,
+        )
+    finally:
+        components.close()
 
 
 @click.command()
