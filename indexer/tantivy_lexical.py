@@ -28,6 +28,7 @@ old directory, so no file of the home keeps a deleted passage's words afterwards
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from indexer.sqlite_fts_schema import side_index_dir
 from indexer.tantivy_side import SideIndex, document, drop_other_generations, side_dir, tenant_key
 from schemas.principal import AccessFilter
 from schemas.text import query_terms
+
+log = logging.getLogger(__name__)
 
 TABLE = """CREATE TABLE IF NOT EXISTS tantivy_indexes (
     tenant TEXT PRIMARY KEY, gen INTEGER NOT NULL, stamp INTEGER NOT NULL, analyzer TEXT NOT NULL
@@ -76,6 +79,13 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
         self._conn.execute(TABLE)
         names = [str(r[0]) for r in self._conn.execute("SELECT name FROM fts_tables")]
         if names:
+            log.warning(
+                "%s: a home indexed with FTS5 opened with lexical_engine = tantivy: its %d FTS5 table(s) are"
+                " dropped and the Tantivy index is built from the passages SQLite holds (nothing to re-sync;"
+                " lexical_engine = fts5 rebuilds the FTS5 tables the same way)",
+                self.path,
+                len(names),
+            )
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for name in names:
