@@ -7,10 +7,12 @@ posting lists with skip lists and keeps a top-k heap, in native code (bench/lexi
 
 What stays in SQLite: passages (the only copy of the text), passage_acl with grant instants, validity
 dates, and the exact check every returned row passes (SqliteLexicalIndex._verify, unchanged). Tantivy
-holds, per tenant, postings of title, heading and body and one token per ACL entry (indexer.fts_acl's
-hash), keyed by the SQLite rid; nothing is stored in it. Its answers are candidates only: a stale side
-index (another process committed since, a crash between the two commits) can hold too many or too
-few candidates, never return a row the exact check refuses, so it can only ever narrow an answer.
+holds, per tenant, postings of the whole passage (scored as one BM25 with FTS5's IDF, as FTS5 scores
+the row), of title, heading and body (for the field weights) and one token per ACL entry
+(indexer.fts_acl's hash), keyed by the SQLite rid; nothing is stored in it. Its answers are
+candidates only: a stale side index (another process committed since, a crash between the two
+commits) can hold too many or too few candidates, never return a row the exact check refuses, so it
+can only ever narrow an answer.
 
 How the two stay in step: writes mark rids dirty; just before SQLite commits (the write's own
 transaction, or the batch's at `flush`), the dirty rids are rewritten in Tantivy *from the SQLite rows
