@@ -17,7 +17,7 @@ from typing import Any
 from indexer.ports import StoredPassage, VectorHit
 from schemas._time import to_epoch_ms, to_utc
 from schemas.passages import Passage
-from schemas.principal import since_key
+from schemas.principal import AccessFilter, since_key
 
 _POINT_NAMESPACE = uuid.UUID("6f1c1f2e-8d1b-4a8e-9a57-0d3c2b7f5e10")
 
@@ -86,6 +86,25 @@ def passage_to_point(passage: Passage) -> dict[str, Any]:
     if passage.superseded_on is not None:
         doc["superseded_on"] = iso(passage.superseded_on)
     return doc
+
+
+def granted_as_of(payload: Mapping[str, Any], access: AccessFilter) -> bool:
+    """The grant-instant clause of both Qdrant adapters' filters, on a point's payload: one of the asker's
+    entries is in its ACL with no grant instant, or one not later than the instant asked about.
+
+    The instants are keyed by entry (`acl_since.<key>`), so no payload index can hold them and a filter
+    holding them made Qdrant read every candidate point's payload. The adapters search on the indexed
+    conditions and check this on the hits instead (a hit failing it means: search again with the whole
+    filter), so it must admit exactly what the filter's clause admits (schemas.principal.grants_allow)."""
+    acl = payload.get("acl") or []
+    since = payload.get("acl_since") or {}
+    as_of_ms = float(to_epoch_ms(access.as_of))
+    for entry in access.entries:
+        if entry in acl:
+            instant = since.get(since_key(entry)) if isinstance(since, Mapping) else None
+            if instant is None or float(instant) <= as_of_ms:
+                return True
+    return False
 
 
 def stored_passage(payload: Mapping[str, Any]) -> StoredPassage:

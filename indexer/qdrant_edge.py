@@ -35,7 +35,15 @@ from typing import Any
 import numpy as np
 import qdrant_edge as q
 
-from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
+from indexer.payload import (
+    granted_as_of,
+    iso,
+    passage_to_point,
+    point_id,
+    point_to_hit,
+    since_ms,
+    stored_passage,
+)
 from indexer.ports import StoredPassage, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
@@ -99,20 +107,6 @@ def access_filter(access: AccessFilter, *, instants: bool = True) -> q.Filter:
         ]
         must.append(q.Filter(should=granted))
     return q.Filter(must=must)
-
-
-def granted_as_of(payload: Mapping[str, Any], access: AccessFilter) -> bool:
-    """The grant-instant clause of `access_filter` on a point's payload: one of the asker's entries is in
-    its ACL with no grant instant, or one not later than the instant."""
-    acl = payload.get("acl") or []
-    since = payload.get("acl_since") or {}
-    as_of_ms = float(to_epoch_ms(access.as_of))
-    for entry in access.entries:
-        if entry in acl:
-            instant = since.get(since_key(entry)) if isinstance(since, Mapping) else None
-            if instant is None or float(instant) <= as_of_ms:
-                return True
-    return False
 
 
 VACUUM = q.EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=0)

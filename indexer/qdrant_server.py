@@ -43,7 +43,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from indexer.combine import Combiner
-from indexer.payload import iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
+from indexer.payload import granted_as_of, iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
 from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
@@ -139,27 +139,31 @@ def _doc_filter(tenant: str, doc_id: str, *extra: models.Condition) -> models.Fi
     return models.Filter(must=[_match("tenant", tenant), _match("doc_id", doc_id), *extra])
 
 
-def access_filter(access: AccessFilter) -> models.Filter:
+def access_filter(access: AccessFilter, *, instants: bool = True) -> models.Filter:
     """Tenant, validity and an entry granted as of the instant (schemas.principal.grants_allow): an
-    entry matches unless its grant instant (`acl_since.<key>`, absent: from the beginning) is later."""
+    entry matches unless its grant instant (`acl_since.<key>`, absent: from the beginning) is later.
+
+    `instants=False` leaves the grant instants out, so every condition left is on an indexed field:
+    the instants are keyed by entry (no payload index can hold them) and Qdrant reads each candidate
+    point's payload to check them (`granted_as_of` checks them on the hits instead: QdrantVectorIndex.search)."""
     as_of = iso(access.as_of)
-    as_of_ms = float(to_epoch_ms(access.as_of))
-    granted: list[models.Condition] = [
-        models.Filter(
-            must=[_match("acl", entry)],
-            must_not=[models.FieldCondition(key=f"acl_since.{since_key(entry)}", range=models.Range(gt=as_of_ms))],
-        )
-        for entry in access.entries
+    must: list[models.Condition] = [
+        _match("tenant", access.tenant),
+        models.FieldCondition(key="acl", match=models.MatchAny(any=list(access.entries))),
+        models.FieldCondition(key="effective_from", range=models.DatetimeRange(lte=as_of)),
+        _open_at(as_of),
     ]
-    return models.Filter(
-        must=[
-            _match("tenant", access.tenant),
-            models.FieldCondition(key="acl", match=models.MatchAny(any=list(access.entries))),
-            models.FieldCondition(key="effective_from", range=models.DatetimeRange(lte=as_of)),
-            _open_at(as_of),
-            models.Filter(should=granted),
+    if instants:
+        as_of_ms = float(to_epoch_ms(access.as_of))
+        granted: list[models.Condition] = [
+            models.Filter(
+                must=[_match("acl", entry)],
+                must_not=[models.FieldCondition(key=f"acl_since.{since_key(entry)}", range=models.Range(gt=as_of_ms))],
+            )
+            for entry in access.entries
         ]
-    )
+        must.append(models.Filter(should=granted))
+    return models.Filter(must=must)
 
 
 VACUUM = models.OptimizersConfigDiff(deleted_threshold=0.0, vacuum_min_vector_number=100)
@@ -273,14 +277,26 @@ class QdrantVectorIndex:
             self._client.batch_update_points(self.collection, update_operations=operations, wait=True)
 
     def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
+        """The nearest points the filter admits: searched first on the indexed conditions only (a
+        superset of the admitted points) with the grant instants checked on the hits (`granted_as_of`);
+        if every hit passes they are the nearest admitted points too, and if one fails (an entry granted
+        after the instant asked about) the search runs again with the whole filter. The same answers as
+        the whole filter (tests/test_qdrant_server_instants.py), without Qdrant reading every candidate's
+        payload for the per-entry instants."""
         if not access.entries or limit <= 0:
             return []
+        points = self._query(vector, access_filter(access, instants=False), limit, floor)
+        if not all(granted_as_of(p.payload or {}, access) for p in points):
+            points = self._query(vector, access_filter(access), limit, floor)
+        return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in points]
+
+    def _query(self, vector: Vectors, flt: models.Filter, limit: int, floor: float) -> list[models.ScoredPoint]:
         try:
             with self._guard():
                 response = self._client.query_points(
                     self.collection,
                     query=[float(x) for x in vector.reshape(-1)],
-                    query_filter=access_filter(access),
+                    query_filter=flt,
                     score_threshold=floor,
                     limit=limit,
                     with_payload=True,
@@ -292,7 +308,7 @@ class QdrantVectorIndex:
             if exc.status_code is not None and exc.status_code < 500:
                 raise
             raise QdrantUnavailable(f"Qdrant could not answer a search: HTTP {exc.status_code}") from exc
-        return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in response.points]
+        return list(response.points)
 
     def delete_superseded(self, before: datetime) -> None:
         """Delete every point superseded before the instant (retention), every tenant."""

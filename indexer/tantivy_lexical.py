@@ -7,10 +7,12 @@ posting lists with skip lists and keeps a top-k heap, in native code (bench/lexi
 
 What stays in SQLite: passages (the only copy of the text), passage_acl with grant instants, validity
 dates, and the exact check every returned row passes (SqliteLexicalIndex._verify, unchanged). Tantivy
-holds, per tenant, postings of title, heading and body and one token per ACL entry (indexer.fts_acl's
-hash), keyed by the SQLite rid; nothing is stored in it. Its answers are candidates only: a stale side
-index (another process committed since, a crash between the two commits) can hold too many or too
-few candidates, never return a row the exact check refuses, so it can only ever narrow an answer.
+holds, per tenant, postings of the whole passage (scored as one BM25 with FTS5's IDF, as FTS5 scores
+the row), of title, heading and body (for the field weights) and one token per ACL entry
+(indexer.fts_acl's hash), keyed by the SQLite rid; nothing is stored in it. Its answers are
+candidates only: a stale side index (another process committed since, a crash between the two
+commits) can hold too many or too few candidates, never return a row the exact check refuses, so it
+can only ever narrow an answer.
 
 How the two stay in step: writes mark rids dirty; just before SQLite commits (the write's own
 transaction, or the batch's at `flush`), the dirty rids are rewritten in Tantivy *from the SQLite rows
@@ -28,6 +30,7 @@ old directory, so no file of the home keeps a deleted passage's words afterwards
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ from indexer.sqlite_fts_schema import side_index_dir
 from indexer.tantivy_side import SideIndex, document, drop_other_generations, side_dir, tenant_key
 from schemas.principal import AccessFilter
 from schemas.text import query_terms
+
+log = logging.getLogger(__name__)
 
 TABLE = """CREATE TABLE IF NOT EXISTS tantivy_indexes (
     tenant TEXT PRIMARY KEY, gen INTEGER NOT NULL, stamp INTEGER NOT NULL, analyzer TEXT NOT NULL
@@ -76,6 +81,13 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
         self._conn.execute(TABLE)
         names = [str(r[0]) for r in self._conn.execute("SELECT name FROM fts_tables")]
         if names:
+            log.warning(
+                "%s: a home indexed with FTS5 opened with lexical_engine = tantivy: its %d FTS5 table(s) are"
+                " dropped and the Tantivy index is built from the passages SQLite holds (nothing to re-sync;"
+                " lexical_engine = fts5 rebuilds the FTS5 tables the same way)",
+                self.path,
+                len(names),
+            )
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 for name in names:

@@ -4,18 +4,20 @@ deleted words gone after a purge, and a home moved between FTS5 and Tantivy both
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import NOW, make_passage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.sqlite_fts import SqliteLexicalIndex
 from indexer.tantivy_lexical import TABLE, TantivyLexicalIndex
-from indexer.tantivy_side import STAMP_RID, tenant_key
+from indexer.tantivy_side import LAYOUT, STAMP_RID, tenant_key
 from schemas.principal import AccessFilter
 
 STAFF = AccessFilter("acme", ("group:staff",), NOW)
@@ -189,7 +191,7 @@ def test_a_side_index_ahead_of_sqlite_is_rebuilt_on_open(tmp_path: Path) -> None
         assert ids(reopened.search("heron", STAFF, 10, 0.0)) == ["h.md@1#root-1"]
         assert reopened._conn.execute("SELECT gen FROM tantivy_indexes").fetchone()[0] == gen + 1
         assert [d.name for d in (tmp_path / "lexical.db.tantivy").iterdir()] == [
-            f"{tenant_key('acme')}-standard-g{gen + 1}"
+            f"{tenant_key('acme')}-standard-{LAYOUT}-g{gen + 1}"
         ]
     finally:
         reopened.close()
@@ -218,14 +220,16 @@ def test_purge_removes_a_deleted_passages_words_from_the_side_index(tmp_path: Pa
         index.close()
 
 
-def test_a_home_moves_between_engines_both_ways(tmp_path: Path) -> None:
-    """FTS5 to Tantivy drops the FTS tables (a second copy of the text) and builds the side index;
-    back to FTS5 rebuilds the tables from SQLite and removes the side index."""
+def test_a_home_moves_between_engines_both_ways(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """FTS5 to Tantivy drops the FTS tables (a second copy of the text) and builds the side index, saying
+    so in one line; back to FTS5 rebuilds the tables from SQLite and removes the side index."""
     path = tmp_path / "lexical.db"
     fts = SqliteLexicalIndex(path)
     fts.upsert([make_passage("osprey migration", doc_id="o.md")])
     fts.close()
-    tv = TantivyLexicalIndex(path)
+    with caplog.at_level(logging.WARNING, logger="indexer.tantivy_lexical"):
+        tv = TantivyLexicalIndex(path)
+    assert any("indexed with FTS5 opened with lexical_engine = tantivy" in r.getMessage() for r in caplog.records)
     try:
         assert ids(tv.search("osprey", STAFF, 10, 0.0)) == ["o.md@1#root-1"]
         tables = {r[0] for r in tv._conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'fts4%'")}
