@@ -79,9 +79,10 @@ answers, never which sentence is quoted). Chosen on all five evaluation sets by 
 chosen on any four, the same readings (form 0.5 when Git or flex is held out) and every abstain
 question of the fifth abstains. Reordering every candidate by them instead answers denied questions
 held out (a related sentence of the right form rises above the threshold), so they lift the best only."""
-LEAD = False
-"""query.restated: a restated question leads to its answer instead of being quoted (chosen by
-bench/answer_rule.py leave one set out)."""
+LEAD = True
+"""query.restated: a restated question leads to its answer instead of being quoted. Chosen by
+bench/answer_rule.py on all five evaluation sets and on every four of them; held out it changes one
+set, SQLite (single-search grounded 0.550 -> 0.575; tuned 0.600), and no abstain question answers."""
 SECOND_CLAIM_MARGIN = 0.5
 """A second claim, from another passage, when it scores within this of the best one."""
 
