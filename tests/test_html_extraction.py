@@ -355,3 +355,20 @@ def test_sidebar_of_prose_stays_and_sidebar_of_links_goes() -> None:
     assert "A box inside an item" not in item.text
     inner = quote_in(cs, "A box inside an item is a passage of its own")
     assert inner.heading_path == ("Logging",)
+
+
+def test_nested_titled_sidebars_keep_a_bounded_heading_path() -> None:
+    n = 3000
+    page = (
+        "<body><h1>T</h1>"
+        + "".join(
+            f'<div class="sidebar"><p class="title">Box {i}</p><p>Words of box number {i} set beside the text.</p>'
+            for i in range(n)
+        )
+        + "</div>" * n
+        + "</body>"
+    )
+    cs = chunks(page)
+    assert len(cs) == n
+    assert max(len(c.heading_path) for c in cs) <= 7
+    assert quote_in(cs, "Words of box number 2999 set beside").heading_path[-1] == "Box 2999"

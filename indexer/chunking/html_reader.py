@@ -33,6 +33,9 @@ from indexer.chunking.units import (
 )
 from schemas.text import html_for_parser
 
+MAX_BOX_LEVEL = 7
+"""A box's title is a heading one level below the section it sits in, never deeper than this: boxes
+nested 100k deep would otherwise make a heading path 100k long, copied at every level."""
 # Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
 _SKIP_TAGS = frozenset({"script", "style", "head", "noscript", "template", "svg", "button", "select"})
 _VOID = frozenset(
@@ -262,7 +265,7 @@ class _HtmlReader(HTMLParser):
                 el.unit = True
                 self._open_unit("para")
             else:
-                self._title_level = self.b.depth + 1
+                self._title_level = min(self.b.depth + 1, MAX_BOX_LEVEL)
         elif tag == "section" or (tag == "div" and "section" in classes):
             el.section = self.b.save()
             self.b.boundary()
