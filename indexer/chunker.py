@@ -56,8 +56,9 @@ __all__ = [
 ]
 
 # Bump whenever output for the same input may change (v2: boilerplate removal; v3: repeated header
-# rows, inherited definition terms and list indentation bounded, and amplification refused, issue 18).
-CHUNKER_VERSION = "structure-v3"
+# rows, inherited definition terms and list indentation bounded, and amplification refused, issue 18;
+# v4: sidebars of prose (DocBook, docutils) kept as passages of their own after the text, issue 23).
+CHUNKER_VERSION = "structure-v4"
 
 READERS: Mapping[str, Reader] = {
     "markdown": read_markdown,
@@ -99,7 +100,15 @@ def chunk_units(units: list[Unit], max_chars: int = 1000, *, source_chars: int |
     if source_chars is None:
         source_chars = sum(len(text) for unit in units for text, _ in unit.parts)
     limit = amplification_limit(source_chars)
-    return anchor_pieces(merge(size(apply_lead_ins(units, max_chars), max_chars, limit), max_chars))
+    # Boxes set beside the text (sidebars) are sized and anchored after it: the text's passages and
+    # anchors are what they would be without the boxes, so adding a reader for boxes moves no citation
+    # of the text, and the boxes' own sections take their slugs after the text's (anchors.py).
+    main = merge(size(apply_lead_ins([u for u in units if not u.aside], max_chars), max_chars, limit), max_chars)
+    asides = [u for u in units if u.aside]
+    if asides:
+        left = limit - sum(len(p.text) for p in main)
+        main += merge(size(apply_lead_ins(asides, max_chars), max_chars, left), max_chars)
+    return anchor_pieces(main)
 
 
 def _extracted_chars(document: ExtractedDocument) -> int:

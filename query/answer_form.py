@@ -7,9 +7,10 @@ I get it to come up on boot?". A careful reader also looks at the *form* of the 
 *kind* of question, and at the neighbourhood a sentence stands in:
 
 * **Question kind against sentence form** (`form_match`): a "how do I" question wants an instruction
-  (a command, an option, a file to edit, an instruction verb); "what is the default / how often / how
-  many" wants a value; "why" wants a cause clause; "which command / file / option" wants a name of
-  that sort; a yes-or-no question wants a rule's words (never, always, except, only, unless).
+  (a command, an option, a file to edit, an instruction verb); "what is the default / how many" wants
+  a value, "how often" a frequency (every, daily, once, times, per: not any number); "why" wants a
+  cause clause; "which command / file / option" wants a name of that sort; a yes-or-no question wants
+  a rule's words (never, always, except, only, unless).
 * **The focus as the subject** (`subject_match`): "What does apt-mark auto do?" is answered by a
   sentence *about* apt-mark auto, one where the question's rarest word stands in its first words,
   not by one that mentions it in passing.
@@ -41,6 +42,7 @@ _VALUE = re.compile(
     r"\bhow\s+(?:many|much|long|often|big|large|far|old)\b|\bdefault\b|\b(?:maximum|minimum|limit|largest|smallest)\b",
     re.IGNORECASE,
 )
+_FREQUENCY_Q = re.compile(r"\bhow\s+often\b|\bhow\s+frequently\b|\bat\s+what\s+interval\b", re.IGNORECASE)
 _CAUSE_Q = re.compile(r"\bwhy\b|\bwhat\s+(?:is|was)\s+the\s+(?:reason|point|purpose)\b", re.IGNORECASE)
 _NAME_Q = re.compile(
     r"\b(?:which|what)\s+(?:\w+\s+)?(?:command|option|file|program|package|tool|setting|directive|pragma|function|"
@@ -65,6 +67,11 @@ _INSTRUCTION = re.compile(
 _VALUE_S = re.compile(
     r"\d|\bdefault\b|\b(?:once|twice|hourly|daily|weekly|monthly|every|unlimited|none|zero|one|two|three|four|five|"
     r"six|seven|eight|nine|ten|hundred|thousand|million|half|double)\b",
+    re.IGNORECASE,
+)
+_FREQUENCY_S = re.compile(
+    r"\b(?:every|each|once|twice|hourly|daily|nightly|weekly|monthly|yearly|annually|times|per|interval|"
+    r"periodically|regularly|continuously|constantly)\b",
     re.IGNORECASE,
 )
 _CAUSE_S = re.compile(
@@ -92,11 +99,14 @@ model's 0.4 and that band, not tuned on the sets."""
 
 
 def question_kinds(question: str) -> frozenset[str]:
-    """What kind of sentence the question asks for: procedure, value, cause, name, yesno (maybe several)."""
+    """What kind of sentence the question asks for: procedure, value, frequency, cause, name, yesno (maybe several)."""
     kinds = set()
     if _PROCEDURE.search(question):
         kinds.add("procedure")
-    if _VALUE.search(question):
+    if _FREQUENCY_Q.search(question):
+        # "How often ... by default?" wants a frequency; "the default 640 permissions" is a value, not one.
+        kinds.add("frequency")
+    elif _VALUE.search(question):
         kinds.add("value")
     if _CAUSE_Q.search(question):
         kinds.add("cause")
@@ -122,6 +132,8 @@ def form_match(kinds: frozenset[str], sentence: str) -> float:
             best = max(best, 1.0 if _CODE.search(sentence) else 0.0)
         elif kind == "value":
             best = max(best, 1.0 if _VALUE_S.search(sentence) else 0.0)
+        elif kind == "frequency":
+            best = max(best, 1.0 if _FREQUENCY_S.search(sentence) else 0.0)
         elif kind == "cause":
             best = max(best, 1.0 if _CAUSE_S.search(sentence) else 0.0)
         elif kind == "yesno":

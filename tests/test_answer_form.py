@@ -31,7 +31,7 @@ from schemas.decisions import Claim
 def test_question_kinds() -> None:
     assert question_kinds("How do I get it to come up on boot?") == {"procedure"}
     assert "procedure" in question_kinds("It keeps disappearing. How do I make the system keep it?")
-    assert question_kinds("How often does logcheck monitor the log files by default?") == {"value"}
+    assert question_kinds("How often does logcheck monitor the log files by default?") == {"frequency"}
     assert question_kinds("Why are my numbers behaving like words?") == {"cause"}
     assert question_kinds("Which command should be used to edit /etc/sudoers?") == {"name"}
     assert question_kinds("Can DROP COLUMN remove any column?") == {"yesno"}
@@ -160,3 +160,21 @@ def test_reread_lifts_only_a_sentence_about_the_question() -> None:
     elsewhere = replace(about, meaning=LIFT_MEANING - 0.01)
     assert reread(question, [about], [ev], READINGS)[0].score > about.score
     assert reread(question, [elsewhere], [ev], READINGS) == [elsewhere]
+
+
+def test_how_often_wants_a_frequency_not_any_number() -> None:
+    """The handbook's denied `denied-logcheck-interval`: "How often does logcheck monitor the log files by
+    default?" asked by someone who may not read the logcheck page; the readable "... create 644 root adm
+    (instead of the default 640 permissions)" has a number and "default", which read as a value and lifted
+    it over the threshold. A frequency is what "how often" asks for."""
+    question = "How often does logcheck monitor the log files by default?"
+    kinds = question_kinds(question)
+    assert kinds == frozenset({"frequency"})
+    assert form_match(kinds, "The logcheck program monitors log files every hour by default.") == 1.0
+    assert form_match(kinds, "The logrotate program is executed daily by the cron scheduling program.") == 1.0
+    wrong = (
+        "This is ensured by changing /etc/logrotate.d/apache2 to include create 644 root adm "
+        "(instead of the default 640 permissions)."
+    )
+    assert form_match(kinds, wrong) == 0.0
+    assert question_kinds("What is the default size of the buffer?") == frozenset({"value"})

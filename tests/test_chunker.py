@@ -71,7 +71,7 @@ Write to support.
 
 
 def test_version_is_declared() -> None:
-    assert CHUNKER_VERSION == "structure-v3"
+    assert CHUNKER_VERSION == "structure-v4"
 
 
 def test_markdown_structure() -> None:

@@ -8,6 +8,10 @@ on the others.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from indexer.chunker import Chunk, chunk_document
 from indexer.chunking.boilerplate import main_content
 from indexer.text import normalize
@@ -303,3 +307,68 @@ def test_hidden_elements_and_footnote_asides() -> None:
     text = all_text(chunks(page))
     assert "secret draft" not in text
     assert "The footnote explains the exception for archived records in detail." in text
+
+
+HANDBOOK = Path("/usr/share/doc/debian-handbook/html/en-US")
+
+
+@pytest.mark.skipif(not (HANDBOOK / "sect.apt-get.html").exists(), reason="debian-handbook not installed")
+def test_publican_sidebars_are_kept_as_passages_of_their_own() -> None:
+    """The handbook's "TIP" / "BACK TO BASICS" boxes (DocBook `div.sidebar`) hold answers: the
+    pdiffs option and `dpkg --set-selections` are only there. They were cut as navigation."""
+    page = (HANDBOOK / "sect.apt-get.html").read_text(encoding="utf-8")
+    cs = chunks(page)
+    pdiffs = quote_in(cs, "you can use the APT configuration parameter Acquire::PDiffs and set it to false")
+    assert pdiffs.heading_path == (
+        "6.2. aptitude, apt-get, and apt Commands",
+        "6.2.1. Initialization",
+        "TIP Incremental updates",
+    )
+    selections = quote_in(cs, "dpkg --set-selections restores the selection of packages that you wish to install")
+    assert selections.heading_path[-1] == "TIP Installing the same selection of packages several times"
+    assert "dpkg --set-selections <pkg-list" in selections.text.replace(" < ", " <")
+    # The text's own passages, anchors and order are what they were without the boxes (a themed
+    # name, md-sidebar, is navigation and cut): the boxes' passages come after them.
+    without = chunks(page.replace('class="sidebar"', 'class="md-sidebar"'))
+    assert len(cs) > len(without) + 5
+    assert cs[: len(without)] == without
+    assert {selections.anchor, pdiffs.anchor}.isdisjoint(c.anchor for c in without)
+
+
+def test_sidebar_of_prose_stays_and_sidebar_of_links_goes() -> None:
+    page = """<body><h1>Logging</h1><p>Loggers are named with dotted paths.</p>
+    <aside class="sidebar"><p class="sidebar-title">Important</p>
+    <p>Handlers attached to the root logger receive every record that propagates up to it.</p></aside>
+    <p>Child loggers pass records up to their parents.</p>
+    <div class="sidebar"><a href="a.html">Logging</a> <a href="b.html">Handlers</a> <a href="c.html">Filters</a></div>
+    <ul><li><p>An item about filters.</p>
+    <div class="sidebar"><div class="titlepage"><p class="title">NOTE Boxes</p></div>
+    <p>A box inside an item is a passage of its own, so the item keeps its text.</p></div></li></ul></body>"""
+    cs = chunks(page)
+    box = quote_in(cs, "Handlers attached to the root logger receive every record")
+    assert box.heading_path == ("Logging", "Important")
+    text = quote_in(cs, "Loggers are named with dotted paths.")
+    assert text.heading_path == ("Logging",)
+    assert "Child loggers pass records up" in text.text, "the box does not cut the text it sits in"
+    assert "Filters" not in all_text(cs)
+    item = quote_in(cs, "An item about filters.")
+    assert "A box inside an item" not in item.text
+    inner = quote_in(cs, "A box inside an item is a passage of its own")
+    assert inner.heading_path == ("Logging",)
+
+
+def test_nested_titled_sidebars_keep_a_bounded_heading_path() -> None:
+    n = 3000
+    page = (
+        "<body><h1>T</h1>"
+        + "".join(
+            f'<div class="sidebar"><p class="title">Box {i}</p><p>Words of box number {i} set beside the text.</p>'
+            for i in range(n)
+        )
+        + "</div>" * n
+        + "</body>"
+    )
+    cs = chunks(page)
+    assert len(cs) == n
+    assert max(len(c.heading_path) for c in cs) <= 7
+    assert quote_in(cs, "Words of box number 2999 set beside").heading_path[-1] == "Box 2999"

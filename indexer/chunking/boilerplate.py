@@ -12,7 +12,10 @@ reader sees the page. The rules are generic, in this order of trust:
    complementary) and class/id tokens that mean navigation (`nav*`, `*sidebar`, `breadcrumb`,
    `toc`, `menu`, `related`). Headers, footers and asides are weaker signals: removed unless they
    hold a heading (AsciiDoc puts the page's h1 and NAME section in `div#header`) or, for an
-   aside, real prose (docutils footnotes are asides).
+   aside, real prose (docutils footnotes are asides). A class that is exactly `sidebar` is such a
+   weak signal too: DocBook (`div.sidebar`: Publican's "TIP" and "BACK TO BASICS" boxes) and
+   docutils (`aside.sidebar`) name boxes of prose set beside the text that way; a themed name
+   (`md-sidebar`, `sphinxsidebar`, `sidebar-links`) is navigation.
 3. Link density: a block with at least two links whose words are mostly link text (texi2html's
    navigation tables, DocBook's chapter TOCs, "SEE ALSO" lists) is navigation whatever its name.
 4. Generator credits: a short block that starts "This document was generated", "Last updated",
@@ -29,6 +32,7 @@ The module only decides; it returns the page with the frame cut out, for the HTM
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -258,14 +262,19 @@ def _named(node: _Node) -> str:
         return "strong"
     for token in tokens:
         parts = set(_TOKEN_SPLIT.split(token))
-        if parts & _STRONG_TOKENS or token.startswith("nav") or token.endswith("sidebar"):
+        if parts & _STRONG_TOKENS or token.startswith("nav") or (token.endswith("sidebar") and token != "sidebar"):
             return "strong"
-    if node.tag in ("header", "footer", "aside") or role in _WEAK_ROLES:
+    if node.tag in ("header", "footer", "aside") or role in _WEAK_ROLES or is_sidebar(tokens):
         return "weak"
     for token in tokens:
         if set(_TOKEN_SPLIT.split(token)) & _WEAK_TOKENS:
             return "weak"
     return ""
+
+
+def is_sidebar(classes: Iterable[str]) -> bool:
+    """A box of prose beside the text (DocBook, docutils): kept when it reads as prose, cut when it is links."""
+    return any(c.lower() == "sidebar" for c in classes)
 
 
 def _link_dense(node: _Node) -> bool:
@@ -305,7 +314,8 @@ def _frame(node: _Node) -> bool:
     if named == "weak":
         if node.headings:
             return False
-        prose = node.tag == "aside" and node.words >= 8 and node.link_words < 0.5 * node.words
+        boxed = node.tag == "aside" or is_sidebar(node.tokens)
+        prose = boxed and node.words >= 8 and node.link_words < 0.5 * node.words
         return not prose
     return _link_dense(node) or _credit(node)
 

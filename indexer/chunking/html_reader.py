@@ -4,6 +4,13 @@
 headers, footers, sidebars, link lists and permalinks); this module reads what is left: headings,
 sections, paragraphs, lists, definition lists, tables and preformatted code, closing the elements
 real-world HTML leaves open.
+
+A sidebar the boilerplate pass kept (DocBook's `div.sidebar` "TIP ..." / "BACK TO BASICS ..." boxes,
+reST's `aside.sidebar`: prose set beside the text, not navigation) is read as a subsection of the
+section it sits in, its title (the first `.title` / `*-title` element) as its heading: its passages
+say what box they come from, and the passages of the section around it keep their own heading and
+ordinals (`indexer.chunking.anchors`), so a sidebar adds anchors without renumbering the section's.
+Tables are read by `indexer.chunking.html_tables`.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from indexer.chunking.boilerplate import PERMALINK, main_content
+from indexer.chunking.boilerplate import PERMALINK, is_sidebar, main_content
+from indexer.chunking.html_tables import TableCtx, finish_row, finish_table
 from indexer.chunking.openstack import OpenStack
 from indexer.chunking.units import (
     MAX_INDENT_LEVELS,
@@ -22,10 +30,12 @@ from indexer.chunking.units import (
     Unit,
     UnitBuilder,
     collapse,
-    row_line,
 )
 from schemas.text import html_for_parser
 
+MAX_BOX_LEVEL = 7
+"""A box's title is a heading one level below the section it sits in, never deeper than this: boxes
+nested 100k deep would otherwise make a heading path 100k long, copied at every level."""
 # Content that is never text; frame elements (nav, header, footer, ...) are cut earlier by boilerplate.
 _SKIP_TAGS = frozenset({"script", "style", "head", "noscript", "template", "svg", "button", "select"})
 _VOID = frozenset(
@@ -63,6 +73,7 @@ class _Open:
     unit: bool = False
     heading: int = 0
     section: HeadingState | None = None
+    aside_block: int = -1  # a sidebar: the text's merge block, continued after it
     pre: bool = False
     part_break: bool = False
     list_: bool = False
@@ -109,21 +120,6 @@ class _DlCtx:
     last: str = ""
 
 
-@dataclass(slots=True)
-class _TableCtx:
-    group: int
-    owner: _OpenUnit | None
-    flatten: bool
-    header: list[str] = field(default_factory=list)  # rendered header lines
-    header_emitted: bool = False
-    row: list[str] | None = None
-    row_all_th: bool = True
-    in_head: bool = False
-    body_rows: int = 0
-    row_keyed: bool = False  # the current row starts with a header cell (<th>Syntax:</th><td>...)
-    pending: list[tuple[str, bool]] = field(default_factory=list)  # (line, keyed) rows of a headerless table
-
-
 class _HtmlReader(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -134,9 +130,10 @@ class _HtmlReader(HTMLParser):
         self._lists: list[_ListCtx] = []
         self._owned_lists: dict[int, int] = {}  # id(unit) -> open lists inside it (its items' indentation)
         self._dls: list[_DlCtx] = []
-        self._tables: list[_TableCtx] = []
+        self._tables: list[TableCtx] = []
         self._cell: list[str] | None = None
         self._heading: list[str] | None = None
+        self._title_level = 0  # a sidebar just opened: the level its leading title element takes
 
     # -- plumbing
 
@@ -146,6 +143,7 @@ class _HtmlReader(HTMLParser):
 
     def _open_unit(self, kind: Kind, group: int = -1, implicit: bool = False) -> _OpenUnit:
         self._close_implicit()
+        self._title_level = 0  # content came first: the sidebar has no title of its own
         ou = _OpenUnit(self.b.unit(kind, group=group), implicit=implicit)
         self._units.append(ou)
         return ou
@@ -247,14 +245,27 @@ class _HtmlReader(HTMLParser):
         table = self._tables[-1] if self._tables else None
         if self._cell is not None:
             if tag == "table":
-                self._tables.append(_TableCtx(-1, None, flatten=True))
+                self._tables.append(TableCtx(-1, None, flatten=True))
                 el.table = True
             elif tag in _BLOCK_TAGS:
                 self._cell.append(" ")
             return
         if tag in _HEADINGS and not self._units:
             el.heading = _HEADINGS[tag]
+            self._title_level = 0
             self._heading = []
+        elif self._title_level and not self._units and any(c == "title" or c.endswith("-title") for c in classes):
+            el.heading, self._title_level = self._title_level, 0
+            self._heading = []
+        elif tag in ("div", "aside") and is_sidebar(classes):
+            el.section, el.aside_block = self.b.save(), self.b.block
+            self.b.boundary()
+            self.b.asides += 1
+            if self._units:  # inside a list item or definition: a passage of its own, not more lines of it
+                el.unit = True
+                self._open_unit("para")
+            else:
+                self._title_level = min(self.b.depth + 1, MAX_BOX_LEVEL)
         elif tag == "section" or (tag == "div" and "section" in classes):
             el.section = self.b.save()
             self.b.boundary()
@@ -303,9 +314,8 @@ class _HtmlReader(HTMLParser):
             self._start_definition(el, tag, a)
         elif tag == "table":
             el.table = True
-            owner = self._units[-1] if self._units else None
             self._break()
-            self._tables.append(_TableCtx(self.b.new_group(), owner, flatten=False))
+            self._tables.append(TableCtx(self.b.new_group(), self._units[-1].unit if self._units else None, False))
         elif table is not None and not table.flatten:
             if tag == "thead":
                 el.thead = True
@@ -380,11 +390,11 @@ class _HtmlReader(HTMLParser):
                 table.row[-1] = collapse("".join(self._cell).replace("¶", ""))
             self._cell = None
         if el.row:
-            self._finish_row(self._tables[-1])
+            finish_row(self.b, self._tables[-1])
         if el.thead:
             self._tables[-1].in_head = False
         if el.table:
-            self._finish_table(self._tables.pop())
+            finish_table(self.b, self._tables.pop())
         if el.term:
             ou = self._units[-1]
             term = collapse("".join(ou.term).replace("¶", ""))
@@ -407,48 +417,10 @@ class _HtmlReader(HTMLParser):
             self._dls.pop()
         if el.section is not None:
             self.b.restore(el.section)
-
-    def _finish_row(self, table: _TableCtx) -> None:
-        row, table.row = table.row, None
-        if table.flatten or not row:
-            return
-        if not any(row):
-            return
-        header_row = table.in_head or (not table.header and table.body_rows == 0 and table.row_all_th)
-        if header_row and len(table.header) < MAX_PREFIX_LINES:  # repeated on every row: a few lines at most
-            table.header.append(row_line(row))
-            return
-        table.body_rows += 1
-        if table.owner is None and not table.header:
-            table.pending.append((row_line(row), table.row_keyed and len(row) > 1))
-            return
-        self._emit_row(table, row_line(row))
-
-    def _emit_row(self, table: _TableCtx, line: str) -> None:
-        """A row of a table inside a list item or definition becomes lines of that unit instead."""
-        if table.owner is None:
-            unit = self.b.unit("row", [(line, False)] if line else [], group=table.group)
-            unit.prefix.extend(table.header)
-            return
-        if not table.header_emitted:
-            table.owner.unit.parts.extend((h, False) for h in table.header)
-            table.header_emitted = True
-        if line:
-            table.owner.unit.parts.append((line, False))
-
-    def _finish_table(self, table: _TableCtx) -> None:
-        if table.flatten:
-            return
-        self._finish_row(table)
-        if table.body_rows == 0 and table.header:
-            self._emit_row(table, "")
-        if table.pending and all(keyed for _, keyed in table.pending):
-            # A property sheet (every row "<th>Syntax:</th><td>...</td>", no header row) is one unit:
-            # alone, "| Default: | None |" does not say what it is the default of.
-            self.b.unit("row", [(line, False) for line, _ in table.pending], group=table.group)
-        else:
-            for line, _ in table.pending:
-                self._emit_row(table, line)
+        if el.aside_block >= 0:
+            self.b.asides -= 1
+            self.b.block = el.aside_block
+            self._title_level = 0
 
     def finish(self) -> list[Unit]:
         self.close()

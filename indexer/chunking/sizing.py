@@ -60,7 +60,8 @@ def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Pi
             texts = [f"{prefix}\n{p}" if prefix else p for p in packed]
         for text in texts:
             if text.strip():
-                pieces.append(Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text, unit.locus))
+                piece = Piece(unit.kind, unit.heading_path, unit.heading_id, unit.block, text, unit.locus, unit.aside)
+                pieces.append(piece)
                 total += len(text)
         if limit is not None and total > limit:
             raise too_amplified(limit)

@@ -95,6 +95,7 @@ class Unit:
     prefix: list[str] = field(default_factory=list)
     parts: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
     locus: Locus | None = None
+    aside: bool = False  # in a box set beside the text (a sidebar): sized and anchored after the text
 
 
 @dataclass(slots=True)
@@ -105,6 +106,7 @@ class Piece:
     block: int
     text: str
     locus: Locus | None = None
+    aside: bool = False
 
 
 HeadingState = tuple[list[tuple[int, str]], tuple[str, ...], int]
@@ -120,6 +122,7 @@ class UnitBuilder:
         self.heading_id = 0
         self.block = 0
         self._counter = 0
+        self.asides = 0  # open sidebars: units made now are `aside`
 
     def _next(self) -> int:
         self._counter += 1
@@ -135,6 +138,11 @@ class UnitBuilder:
         self.path = tuple(t for _, t in self._headings)
         self.heading_id = self._next()
         self.block = self._next()
+
+    @property
+    def depth(self) -> int:
+        """The level of the innermost open heading (0 before any): a sidebar's title goes one below."""
+        return self._headings[-1][0] if self._headings else 0
 
     def boundary(self) -> None:
         self.block = self._next()
@@ -157,7 +165,7 @@ class UnitBuilder:
         group: int = -1,
         locus: Locus | None = None,
     ) -> Unit:
-        unit = Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [], locus)
+        unit = Unit(kind, self.path, self.heading_id, self.block, group, [], parts or [], locus, self.asides > 0)
         self.units.append(unit)
         return unit
 
