@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from answer_turns import Turn, load_or_collect  # noqa: E402
 from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
-from loo_harness import held_out, run_final  # noqa: E402
+from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
 
 from query.answer_form import FormWeights  # noqa: E402
 from query.extractive import ExtractiveModel, answer, choose, lead_to_answers, reread  # noqa: E402
@@ -240,16 +240,7 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
         )
         report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
         figures: dict[str, Any] = summary(report, [0.0]) | {
-            "by_type": {
-                t: {
-                    "n": v.get("n"),
-                    "fused": v["retrieval"]["fused"].get("recall@10"),
-                    "grounded_loop": v.get("loop", {}).get("grounded_answer_rate"),
-                    "grounded_single": v.get("single", {}).get("grounded_answer_rate"),
-                }
-                for t, v in report["by_type"].items()
-                if "retrieval" in v
-            },
+            "by_type": by_type_figures(report, ("n", "fused", "grounded_loop", "grounded_single")),
             "abstain_rate": report["overall"]["loop"]["abstain_rate"],
         }
         for k in ("rank_ms_p50", "rank_ms_p95"):
