@@ -108,14 +108,17 @@ def document(rid: int, title: str, heading: str, text: str, entries: Iterable[st
 
 def fts5_idf(docs: int, found: int) -> float:
     """FTS5's bm25() IDF: ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not positive, so a word found in half
-    the passages or more all but stops counting ("git" in the Git manual)."""
+    the passages or more all but stops counting ("git" in the Git manual). Tantivy still counts a deleted
+    passage in a word's document frequency until its segment merges, so `found` can exceed `docs`."""
+    docs = max(docs, found)
     idf = math.log((docs - found + 0.5) / (found + 0.5))
     return idf if idf > 0 else 1e-6
 
 
 def tantivy_idf(docs: int, found: int) -> float:
     """Tantivy's BM25 IDF, ln(1 + (N - n + 0.5) / (n + 0.5)), which a boost of fts5_idf / tantivy_idf
-    turns into FTS5's."""
+    turns into FTS5's (deleted passages still counted in `found`: see fts5_idf)."""
+    docs = max(docs, found)
     return math.log(1 + (docs - found + 0.5) / (found + 0.5))
 
 

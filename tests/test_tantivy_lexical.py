@@ -249,3 +249,13 @@ def test_a_home_moves_between_engines_both_ways(tmp_path: Path, caplog: pytest.L
         assert conn.execute("SELECT COUNT(*) FROM passages").fetchone()[0] == 1
     finally:
         conn.close()
+
+
+def test_idf_when_deleted_passages_still_count_in_a_words_frequency() -> None:
+    """Tantivy counts a deleted passage in doc_freq until its segment merges, so a word can be found in
+    more passages than the index holds: the IDFs stay defined (a search raised ValueError)."""
+    from indexer.tantivy_side import fts5_idf, tantivy_idf
+
+    assert fts5_idf(25, 30) == 1e-6
+    assert tantivy_idf(25, 30) > 0
+    assert fts5_idf(100, 1) > fts5_idf(100, 50)
