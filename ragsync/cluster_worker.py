@@ -23,7 +23,8 @@ from ragsync.propagation_metrics import PropagationMetrics
 from ragsync.purge import scheduled_purges
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import build
-from streams.faust_app import Deployment, Indexer, build_app, lower_priority
+from streams.appliers import Indexer, lower_priority
+from streams.faust_app import Deployment, build_app
 from streams.kafka_admin import ensure_topics
 
 log = logging.getLogger("streams.faust_app")  # the name it had before the move (issue 21), for log filters

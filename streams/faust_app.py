@@ -14,12 +14,13 @@ Why it is built this way:
   All three topics have the same partition count and Faust's assignor co-partitions them, so the
   ACL, deletion and document partitions of a key belong to the same worker; a per-key lock in
   that worker keeps any two agents from interleaving the read-modify-write of one document's state.
-* Threads by priority. Store round trips and embedding run in threads; ACL changes and deletions
-  have a pool of their own (ACCESS_THREADS, enough for every actor of both topics), the documents
-  agent a single thread whose OS priority is lowered (DOCUMENTS_NICE), and purges the loop's
-  default pool. On a busy machine the shared default pool (6 threads on 2 cores) held revocations
-  in its queue behind purges and the document being embedded, and the embedding took the CPU the
-  appliers' round trips needed: 12 s p50 from publish to the stores with a load average of 3-5.
+* Threads by priority (streams.appliers, with what else the agents share to apply an event).
+  Store round trips and embedding run in threads; ACL changes and deletions have a pool of their
+  own (ACCESS_THREADS, enough for every actor of both topics), the documents agent a single thread
+  whose OS priority is lowered (DOCUMENTS_NICE), and purges the loop's default pool. On a busy
+  machine the shared default pool (6 threads on 2 cores) held revocations in its queue behind
+  purges and the document being embedded, and the embedding took the CPU the appliers' round
+  trips needed: 12 s p50 from publish to the stores with a load average of 3-5.
 * Effective first. A second agent on the ACL and deletion topics writes each event's deny-set
   entry as soon as it is fetched (streams.tracking), so queries stop showing the document before
   any store changed, whatever the appliers and the document backlog are doing.
@@ -51,23 +52,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import faust
 
-from indexer.sink import ApplyResult, IndexSink
 from schemas.events import DeletePayload, Event
-from schemas.retry import Backoff, retry_async
-from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode
-from streams.erasure import ROLL_KEY, EraseMarker, RollSchedule, marker_value, parse_marker
-from streams.kafka_admin import COMPACTION_SEGMENT_MS, MAX_MESSAGE_BYTES, ROLL_CHECK_S, topic_names
+from schemas.retry import retry_async
+from streams.appliers import ACCESS_THREADS as ACCESS_THREADS
+from streams.appliers import DOCUMENTS_NICE as DOCUMENTS_NICE
+from streams.appliers import REVOCATION_CONCURRENCY
+from streams.appliers import Indexer as Indexer
+from streams.appliers import KeyedLocks as KeyedLocks
+from streams.appliers import lower_priority as lower_priority
+from streams.erasure import ROLL_KEY, EraseMarker, marker_value, parse_marker
+from streams.kafka_admin import MAX_MESSAGE_BYTES, ROLL_CHECK_S, topic_names
 from streams.ports import (
     EVENT_TOPICS,
     TOPIC_ACL,
@@ -77,7 +78,6 @@ from streams.ports import (
     Record,
     dead_letter_value,
 )
-from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -85,42 +85,11 @@ POLL_RECORDS = 100
 """Records handed out per turn of Faust's fetch loop."""
 
 
-REVOCATION_CONCURRENCY = 24
-"""Actors applying ACL changes and deletions at once (each in a thread of its own: store round trips).
-A revocation costs about seven sequential round trips (state, both stores, cache, state, deny entry,
-propagation record), a deletion about ten (its audit record among them). The appliers' throughput is
-actors / time per event, and on a CPU-contended machine a round trip to Elasticsearch takes hundreds
-of milliseconds: 8 actors applied 3 revocations and 1.4 deletions a second at a load average of 30,
-against 10 a second published, and the queue was the delay (26 s and 69 s p50). The stores are
-waiting on the CPU, not saturated, so more requests in flight turn that queue into parallel work."""
-
-ACCESS_THREADS = 2 * REVOCATION_CONCURRENCY
-"""One thread per actor of the ACL and deletion topics: an applier never waits for a free thread."""
-
 DENY_BATCH = 500
 """Records whose deny entries one write takes at most."""
 
 DENY_WINDOW_S = 0.005
 """How long the deny agent waits for more records before writing what it has: the latency it adds."""
-
-DOCUMENTS_NICE = 10
-"""How much the documents thread lowers its OS priority (Linux `nice` is per thread). Embedding and
-chunking are the worker's CPU-bound work; at nice 10 they take the CPU the access appliers, the event
-loop and the heartbeats leave, so a contended machine slows the backlog instead of the revocations.
-Raising niceness needs no privilege; the backlog still drains at whatever CPU is left over."""
-
-
-def lower_priority(increment: int = DOCUMENTS_NICE) -> None:
-    """Lower the calling thread's OS scheduling priority by `increment` (best effort; Linux only:
-    elsewhere `setpriority` on a thread ID would touch the whole process, so it is left alone)."""
-    if not hasattr(os, "setpriority") or os.uname().sysname != "Linux":
-        return
-    tid = threading.get_native_id()
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + increment))
-    except OSError as exc:
-        log.warning("could not lower the documents thread's priority: %s", exc)
 
 
 def stream_buffer_size(partitions: int) -> int:
@@ -163,27 +132,6 @@ def broker_url(bootstrap: str) -> str:
     return "kafka://" + ";".join(hosts)
 
 
-class KeyedLocks:
-    """One asyncio lock per key in use, dropped when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users <= 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
 def bounded_dead_letter(record: Record, reason: str) -> bytes:
     """The dead letter, cut down when the original value would make it larger than Kafka accepts."""
     value = dead_letter_value(record, reason)
@@ -191,109 +139,6 @@ def bounded_dead_letter(record: Record, reason: str) -> bytes:
         return value
     cut = replace(record, value=record.value[:DEAD_LETTER_KEEP_BYTES])
     return dead_letter_value(cut, f"{reason} (value truncated from {len(record.value)} bytes)")
-
-
-@dataclass
-class Indexer:
-    """What the agents share: the sink, the retry policy, per-key locks, per-topic stats, and the
-    tracker (deny set and propagation records) with the maintenance hook (physical purges)."""
-
-    sink: IndexSink
-    revocation_bound_s: float = 30.0
-    backoff_s: float = 0.5
-    max_backoff_s: float = 30.0
-    locks: KeyedLocks = field(default_factory=KeyedLocks)
-    stats: dict[str, Stats] = field(default_factory=lambda: {t: Stats() for t in EVENT_TOPICS})
-    tracker: Tracker | None = None
-    maintain: Callable[[bool], None] | None = None
-    """Purge what deletions left in the stores' files; True: an erasure asks for it now."""
-    rolls: RollSchedule = field(default_factory=lambda: RollSchedule(COMPACTION_SEGMENT_MS))
-    _maintaining: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _deny_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragsync-deny")
-    )
-    _access_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=ACCESS_THREADS, thread_name_prefix="ragsync-access")
-    )
-    _documents_pool: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="ragsync-documents", initializer=lower_priority
-        )
-    )
-
-    async def deny(self, record: Record) -> None:
-        """Write the deny entry of an ACL or delete record (the moment it is effective).
-
-        On a thread of its own, never the event loop's default pool: the appliers (4 per topic),
-        the documents agent and purges share that pool, and under load their queue held deny writes
-        back by tens of seconds, behind the very backlog the deny set exists to overtake.
-        """
-        if self.tracker is not None:
-            await asyncio.get_running_loop().run_in_executor(self._deny_pool, self.tracker.consumed, record)
-
-    async def deny_many(self, records: list[Record]) -> None:
-        """`deny` for the records fetched together: one thread hop and one deny-set write for all."""
-        if self.tracker is not None and records:
-            await asyncio.get_running_loop().run_in_executor(self._deny_pool, self.tracker.consumed_many, records)
-
-    async def apply(self, record: Record) -> str | None:
-        """Apply one record, retrying store errors until they succeed; a dead-letter reason otherwise None."""
-        return (await self.apply_tracked(record))[0]
-
-    async def apply_tracked(self, record: Record) -> tuple[str | None, ApplyResult | None, Event | InvalidEvent]:
-        """Apply one record durably (retrying store errors until they succeed) and confirm it to the
-        tracker: (dead-letter reason or None, the sink's result, the decoded event).
-
-        The sink does blocking I/O, so it runs in a thread and the event loop keeps serving the
-        other agents, heartbeats and commits meanwhile: ACL changes and deletions in the access
-        pool, upserts (embedding) in the documents thread, so neither ever queues behind the other.
-        """
-        stats = self.stats[record.topic]
-        pool = self._documents_pool if record.topic == TOPIC_DOCUMENTS else self._access_pool
-        loop = asyncio.get_running_loop()
-        return await retry_async(
-            lambda: loop.run_in_executor(pool, self._apply_durably, record, stats),
-            self.backoff(),
-            on_retry=lambda attempt, delay, _: log.exception(
-                "store write failed on %s[%d]@%d (attempt %d), retrying in %.1fs",
-                record.topic,
-                record.partition,
-                record.offset,
-                attempt,
-                delay,
-            ),
-        )
-
-    def backoff(self) -> Backoff:
-        """Between retries of a write or send that must land (the agent's partition waits meanwhile)."""
-        return Backoff(self.backoff_s, self.max_backoff_s)
-
-    def _apply_durably(
-        self, record: Record, stats: Stats
-    ) -> tuple[str | None, ApplyResult | None, Event | InvalidEvent]:
-        decoded = try_decode(record)
-        reason, result = apply_record(self.sink, record, stats, self.revocation_bound_s, decoded=decoded)
-        self.sink.flush()
-        if self.tracker is not None:
-            self.tracker.applied(record, decoded, result)
-            self.tracker.confirmed([decoded])
-        return reason, result, decoded
-
-    async def maintenance(self, now: bool = False) -> None:
-        """Run the maintenance hook in a thread, one run at a time (a purge may wait for leases)."""
-        if self.maintain is None or (self._maintaining.locked() and not now):
-            return
-        async with self._maintaining:
-            try:
-                await asyncio.to_thread(self.maintain, now)
-            except Exception:
-                log.exception("maintenance failed; the next timer retries")
-
-    def summary(self) -> str:
-        return ", ".join(
-            f"{topic}: {s.applied} applied, {s.stale} stale, {s.dead_lettered} dead-lettered"
-            for topic, s in self.stats.items()
-        )
 
 
 def build_app(

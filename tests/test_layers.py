@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYER = {"ragsync": 3, "connectors": 2, "streams": 2, "query": 2, "indexer": 1, "schemas": 0}
 
 HASATTR_ALLOWED = {
-    "streams/faust_app.py": "os.setpriority: a platform's os module, not a port",
+    "streams/appliers.py": "os.setpriority: a platform's os module, not a port",
     "indexer/embedder.py": "fastembed's internal model object, pinned by fastembed<0.10 and checked at load",
 }
 
