@@ -102,3 +102,16 @@ def apply_twelve(
             setattr(index, hold.client, real)
     assert not unseen, f"{change} of {unseen} not visible when its call returned"
     return client.requests
+
+
+def revoke_then_delete_twelve(
+    index: Any, docs: list[str], revoked: Callable[[str], bool], deleted: Callable[[str], bool]
+) -> None:
+    """The contract both store ports share: twelve concurrent revocations to group:board, then twelve
+    concurrent deletions, each visible when its own call returned; a combining adapter (HOLDS) sends the
+    held request and one more for the eleven queued behind it."""
+    expected = 2 if index.name in HOLDS else None
+    requests = apply_twelve(index, docs, "acl", lambda d: index.set_acl("acme", d, ["group:board"], {}), revoked)
+    assert requests == expected, f"12 revocations took {requests} requests"
+    requests = apply_twelve(index, docs, "delete", lambda d: index.delete_doc("acme", d), deleted)
+    assert requests == expected, f"12 deletions took {requests} requests"

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from concurrent_writes import HOLDS, apply_twelve
+from concurrent_writes import revoke_then_delete_twelve
 from conftest import NOW, make_passage
 
 from indexer.ports import FieldWeights
@@ -366,10 +366,5 @@ def test_twelve_concurrent_revocations_then_deletions_are_each_visible_when_thei
         found = {h.passage.doc_id for h in lexical_index.search("quarterly figures", board, 100, 0.0)}
         return doc not in found and lexical_index.count("acme", doc) == 0
 
-    requests = apply_twelve(
-        lexical_index, docs, "acl", lambda d: lexical_index.set_acl("acme", d, ["group:board"], {}), revoked
-    )
-    assert requests == (2 if lexical_index.name in HOLDS else None), f"12 revocations took {requests} requests"
-    requests = apply_twelve(lexical_index, docs, "delete", lambda d: lexical_index.delete_doc("acme", d), deleted)
-    assert requests == (2 if lexical_index.name in HOLDS else None), f"12 deletions took {requests} requests"
+    revoke_then_delete_twelve(lexical_index, docs, revoked, deleted)
     assert lexical_index.search("quarterly figures", board, 100, 0.0) == []

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from concurrent_writes import HOLDS, apply_twelve
+from concurrent_writes import revoke_then_delete_twelve
 from conftest import NOW, make_passage, unit
 
 from schemas.principal import AccessFilter
@@ -199,10 +199,5 @@ def test_twelve_concurrent_revocations_then_deletions_are_each_visible_when_thei
         found = {h.doc_id for h in vector_index.search(unit(1, 0), board, 20, 0.0)}
         return doc not in found and vector_index.count("acme", doc) == 0
 
-    requests = apply_twelve(
-        vector_index, docs, "acl", lambda d: vector_index.set_acl("acme", d, ["group:board"], {}), revoked
-    )
-    assert requests == (2 if vector_index.name in HOLDS else None), f"12 revocations took {requests} requests"
-    requests = apply_twelve(vector_index, docs, "delete", lambda d: vector_index.delete_doc("acme", d), deleted)
-    assert requests == (2 if vector_index.name in HOLDS else None), f"12 deletions took {requests} requests"
+    revoke_then_delete_twelve(vector_index, docs, revoked, deleted)
     assert vector_index.count("acme") == 0
