@@ -200,5 +200,8 @@ class Samba:
                 time.sleep(0.1)
 
     def describe(self) -> str:
+        # Called before start(), which installs samba: on a fresh machine smbd is not there yet.
+        if shutil.which("smbd") is None:
+            return "smbd (Debian's samba, installed on start)"
         out = subprocess.run(["smbd", "--version"], capture_output=True, text=True)
         return f"smbd {out.stdout.strip().removeprefix('Version ')}" if out.returncode == 0 else "smbd"
