@@ -86,6 +86,7 @@ def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 
 class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
+    combines_writes = True  # set_acl, delete_doc (indexer.combine)
 
     def __init__(
         self,

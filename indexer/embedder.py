@@ -233,7 +233,7 @@ class FastEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One unit vector per text, every word piece of it embedded (see indexer.embed_windows)."""
         if not texts:
-            return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         windows = windows_of([[e.ids, *(o.ids for o in e.overflowing)] for e in encodings], self._specials)
         runs = list(batches(windows, self.batch_size))

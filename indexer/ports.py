@@ -109,6 +109,12 @@ class LexicalIndex(Protocol):
 
     name: str
 
+    combines_writes: bool
+    """Whether concurrent `set_acl` and `delete_doc` calls share requests (group commit, indexer.combine):
+    the calls queued while one write is in flight go out together in the next. Each call still returns
+    only once its own change is visible. Declared by every adapter (the contract holds a combining one
+    to two writes for twelve concurrent changes); False: each call writes on its own."""
+
     def upsert(self, passages: Sequence[Passage]) -> None:
         """Insert or overwrite by passage_id; visible to the next search when this returns."""
 
@@ -177,6 +183,9 @@ class VectorIndex(Protocol):
     """Same visibility and durability rules as LexicalIndex."""
 
     name: str
+
+    combines_writes: bool
+    """As LexicalIndex.combines_writes: concurrent `set_acl` and `delete_doc` calls share requests."""
 
     def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
 

@@ -124,6 +124,7 @@ REBUILD_TIMEOUT_S = 3600.0
 
 class EdgeVectorIndex:
     name = "qdrant-edge"
+    combines_writes = False
 
     def __init__(self, path: Path, dim: int) -> None:
         self._lock = threading.RLock()

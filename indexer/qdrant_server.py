@@ -175,6 +175,7 @@ PURGE_TIMEOUT_S = 30.0
 
 class QdrantVectorIndex:
     name = "qdrant"
+    combines_writes = True  # set_acl, delete_doc (indexer.combine)
 
     def __init__(self, client: QdrantClient, dim: int, *, collection: str = "ragsync_passages") -> None:
         self._client = client

@@ -217,7 +217,7 @@ class IndexSink:
             if self.vector is not None:
                 self.vector.flush()
             self.lexical.flush()
-            cache = getattr(self.embedder, "cache", None)  # stand-in embedders in tests have none
+            cache = self.embedder.cache if self.embedder is not None else None
             if cache is not None:
                 cache.flush()  # the deletions' embedding-cache removals (one commit for the batch)
         except BaseException:

@@ -80,6 +80,7 @@ class SqliteLexicalIndex(StoreReads):
     """
 
     name = "sqlite-fts5"
+    combines_writes = False
 
     def __init__(
         self,

@@ -59,6 +59,7 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
     """SqliteLexicalIndex with the FTS5 tables replaced by per-tenant Tantivy indexes (candidates only)."""
 
     name = "sqlite-tantivy"
+    combines_writes = False
 
     def __init__(
         self,

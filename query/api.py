@@ -29,24 +29,25 @@ import threading
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime
 from http import HTTPStatus
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from indexer.ports import StoreUnavailable
-from query.as_of import AS_OF_FORM, parse_as_of
+from query.api_models import AskRequest as AskRequest  # re-export (the request and response bodies)
+from query.api_models import AskResponse as AskResponse  # re-export
+from query.api_models import ErrorResponse, InvalidRequestResponse, Problem
 from query.ports import ModelUnavailable
 from query.tokens import InvalidToken
 from query.worker import AskResult, QueryWorker
@@ -58,86 +59,9 @@ log = logging.getLogger("ragsync.api")
 MAX_BODY_BYTES = 64 * 1024
 """A question is a sentence or a paragraph; anything larger is refused before it is parsed."""
 
-MAX_QUESTION_CHARS = 4000
-
 ASK_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 _UNAUTHORIZED = {"error": "invalid token"}
-
-
-def _as_of(value: object) -> object:
-    return None if value is None else parse_as_of(value)
-
-
-AsOf = Annotated[
-    datetime | None,
-    BeforeValidator(_as_of),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "string", "format": "date"},
-                {"type": "string", "format": "date-time"},
-                {"type": "null"},
-            ],
-            "description": f"Answer as of this instant: {AS_OF_FORM}. A date means midnight UTC; "
-            "a datetime without an offset is UTC. Default: now.",
-            "examples": ["2026-03-01", "2026-03-01T09:30:00+01:00"],
-        }
-    ),
-]
-
-
-class AskRequest(BaseModel):
-    """The whole request body. extra="forbid": scope comes from the token, never from the body."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        str_strip_whitespace=True,
-        json_schema_extra={"examples": [{"question": "How many days do customers have to request a refund?"}]},
-    )
-
-    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, description="The user's question.")
-    as_of: AsOf = None
-
-
-class Claim(BaseModel):
-    statement: str
-    quote: str = Field(description="Verbatim text of the cited passage.")
-    passage_id: str = Field(description="doc@version#anchor")
-    source_url: str = Field(
-        description="Where to open the source; a PDF passage's URL opens at its page (#page=3), "
-        "a CSV/TSV row's at its row (#row=12)."
-    )
-    location: str | None = Field(
-        default=None, description='The page or row the quote is on ("page 3", "row 12"), when the format numbers them.'
-    )
-
-
-class AskResponse(BaseModel):
-    """An answer whose every claim quotes a passage the asker may read, or the one generic abstention."""
-
-    answered: bool
-    answer: str | None
-    claims: list[Claim]
-    message: str | None = Field(description="The generic abstention message when answered is false.")
-
-
-class ErrorResponse(BaseModel):
-    error: str
-
-
-class Problem(BaseModel):
-    field: str = Field(description="Where in the body, e.g. as_of.")
-    error: str = Field(description="A stable error kind, e.g. missing, string_type, value_error.")
-    message: str = Field(description="What is wrong, for a person.")
-
-
-class InvalidRequestResponse(BaseModel):
-    error: Literal["invalid request"]
-    message: str
-    problems: list[Problem]
 
 
 class AskMetrics:

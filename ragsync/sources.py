@@ -175,7 +175,7 @@ class ChangeWatcher:
         kind = event.event_type
         if kind in ("opened", "closed_no_write"):
             return
-        paths = [str(event.src_path), str(getattr(event, "dest_path", "") or "")]
+        paths = [str(event.src_path), str(event.dest_path or "")]
         if not any(p and self._relevant(p) for p in paths):
             return
         with self._lock:
@@ -235,7 +235,7 @@ class AccountWatcher:
             def on_any_event(self, event: FileSystemEvent) -> None:
                 if event.event_type in ("opened", "closed_no_write"):
                     return
-                paths = (str(event.src_path), str(getattr(event, "dest_path", "") or ""))
+                paths = (str(event.src_path), str(event.dest_path or ""))
                 if any(p and Path(p).name in names for p in paths):
                     watcher._changed.set()
 

@@ -58,7 +58,7 @@ class FileBell:
             def on_any_event(self, event: FileSystemEvent) -> None:
                 if event.event_type in ("opened", "closed_no_write"):
                     return
-                if str(event.src_path) in names or str(getattr(event, "dest_path", "") or "") in names:
+                if str(event.src_path) in names or str(event.dest_path or "") in names:
                     bell.ring()
 
         self._observer: Any = Observer()

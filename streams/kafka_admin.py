@@ -40,7 +40,7 @@ def retrying(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         lambda: call(*args, **kwargs),
         _RETRY_BACKOFF,
         for_s=_RETRY_FOR_S,
-        retriable=lambda exc: isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False)),
+        retriable=lambda exc: isinstance(exc, KafkaError) and bool(exc.retriable),
         on_retry=lambda _, delay, exc: log.debug("retriable Kafka error, retrying in %.1fs: %s", delay, exc),
     )
 

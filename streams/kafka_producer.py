@@ -53,6 +53,13 @@ def describe(exc: BaseException) -> str:
     return text if text.startswith(name) else f"{name}: {text}" if text else name
 
 
+class _Sends(threading.local):
+    """A thread's sends since its last flush: a fresh list in each thread (AckedProducer._pending)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+
 class AckedProducer:
     """An idempotent producer whose `flush` checks every send of the calling thread.
 
@@ -83,7 +90,7 @@ class AckedProducer:
             linger_ms=_LINGER_MS,
             compression_type=None,
         )
-        self._sends = threading.local()
+        self._sends = _Sends()
         self._gave_up = False  # a flush reported unacknowledged records: close() does not wait for them
 
     def _pending(self) -> list[Any]:
@@ -94,10 +101,7 @@ class AckedProducer:
         futures, and that thread's own flush would then find nothing to wait for and report
         success for a record the broker never acknowledged (e.g. two webhook pushes at once).
         """
-        pending: list[Any] | None = getattr(self._sends, "pending", None)
-        if pending is None:
-            pending = self._sends.pending = []
-        return pending
+        return self._sends.pending
 
     def send(self, kafka_topic: str, key: str, value: bytes) -> None:
         """Enqueue one record; raises KafkaUnavailable when no metadata arrives within the connect bound."""

@@ -6,10 +6,12 @@ each call must return only once its own change is visible, since the worker ackn
 when the call returns. `apply_twelve` runs the calls and checks each one's visibility in its own
 thread the moment its call returned, before the others finish.
 
-Adapters that combine queued writes into one request (indexer.combine) are also held to that: with
-the first request held in flight until the other eleven calls queued, the twelve changes take two
-requests. How to hold one adapter's request is test knowledge (its client attribute and the method
-that sends a batch), kept in HOLDS by adapter name.
+Adapters that declare `combines_writes` (the LexicalIndex and VectorIndex ports; they combine queued
+writes with indexer.combine) are also held to that: with the first combined write held in flight until
+the other eleven calls queued, the twelve changes take two writes. The driver reads the declaration,
+never the adapter's name, and checks it against the adapter: one that declares it holds a Combiner,
+one that does not holds none. The hold wraps each Combiner's write function (test knowledge of
+indexer.combine, the same for every adapter).
 """
 
 from __future__ import annotations
@@ -17,60 +19,55 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from waiting import wait_until
 
+from indexer.combine import Combiner
+
 Change = Literal["acl", "delete"]
 
 
-@dataclass(frozen=True)
-class Hold:
-    """Where a combining adapter sends its batches, and the queue the other calls wait in."""
-
-    client: str
-    """The adapter's attribute holding the real client (wrapped for the test, put back after)."""
-    method: str
-    """The client method that sends one combined request."""
-    queue: Callable[[Any, Change], Any]
-    """The Combiner a change of that kind queues in."""
-
-
-HOLDS: dict[str, Hold] = {
-    "elasticsearch": Hold("_es", "bulk", lambda ix, change: ix._acl_writes if change == "acl" else ix._doc_deletes),
-    "qdrant": Hold("_client", "batch_update_points", lambda ix, change: ix._writes),
-}
+def combiners(index: Any) -> list[Combiner[Any]]:
+    """The Combiners the adapter writes through (its attributes), whatever it names them."""
+    return [value for value in vars(index).values() if isinstance(value, Combiner)]
 
 
 class _HoldFirst:
-    """The real client; the first batch request waits until the other calls have queued."""
+    """Wraps the Combiners' write functions; the first write waits until the other calls have queued."""
 
-    def __init__(self, real: Any, method: str) -> None:
-        self.real, self.method = real, method
-        self.requests = 0
+    def __init__(self, held: list[Combiner[Any]]) -> None:
+        self.combiners = held
+        self.writes = 0
         self.held, self.release = threading.Event(), threading.Event()
+        self._real = {id(c): c._write for c in held}
+        for combiner in held:
+            combiner._write = self._wrap(combiner._write)
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.real, name)
-        if name != self.method:
-            return attr
-
-        def send(*args: Any, **kwargs: Any) -> Any:
-            self.requests += 1
-            if self.requests == 1:
+    def _wrap(self, write: Callable[[list[Any]], None]) -> Callable[[list[Any]], None]:
+        def send(items: list[Any]) -> None:
+            self.writes += 1
+            if self.writes == 1:
                 self.held.set()
                 self.release.wait(30)
-            return attr(*args, **kwargs)
+            write(items)
 
         return send
+
+    def queued(self) -> int:
+        return sum(len(c._queue) for c in self.combiners)
+
+    def restore(self) -> None:
+        self.release.set()
+        for combiner in self.combiners:
+            combiner._write = self._real[id(combiner)]
 
 
 def apply_twelve(
     index: Any, docs: list[str], change: Change, call: Callable[[str], None], visible: Callable[[str], bool]
 ) -> int | None:
     """Apply `call` to every document from twelve threads; each thread asserts `visible(doc)` as soon as
-    its own call returned. Returns the requests a combining adapter (HOLDS) sent, else None."""
+    its own call returned. Returns the writes a combining adapter (`combines_writes`) made, else None."""
     assert len(docs) == 12
     unseen: list[str] = []
 
@@ -79,39 +76,37 @@ def apply_twelve(
         if not visible(doc):
             unseen.append(doc)
 
-    hold = HOLDS.get(index.name)
+    held = combiners(index)
+    assert index.combines_writes == bool(held), f"{index.name} declares combines_writes={index.combines_writes}"
     with ThreadPoolExecutor(12) as pool:
-        if hold is None:
+        if not index.combines_writes:
             for future in [pool.submit(one, d) for d in docs]:
                 future.result(60)
             assert not unseen, f"{change} of {unseen} not visible when its call returned"
             return None
-        real = getattr(index, hold.client)
-        client = _HoldFirst(real, hold.method)
-        setattr(index, hold.client, client)
+        hold = _HoldFirst(held)
         try:
             futures = [pool.submit(one, docs[0])]
-            assert client.held.wait(30)
+            assert hold.held.wait(30)
             futures += [pool.submit(one, d) for d in docs[1:]]
-            wait_until(lambda: len(hold.queue(index, change)._queue) == 11, 10, "the other appliers queued")
-            client.release.set()
+            wait_until(lambda: hold.queued() == 11, 10, "the other appliers queued")
+            hold.release.set()
             for future in futures:
                 future.result(60)
         finally:
-            client.release.set()
-            setattr(index, hold.client, real)
+            hold.restore()
     assert not unseen, f"{change} of {unseen} not visible when its call returned"
-    return client.requests
+    return hold.writes
 
 
 def revoke_then_delete_twelve(
     index: Any, docs: list[str], revoked: Callable[[str], bool], deleted: Callable[[str], bool]
 ) -> None:
     """The contract both store ports share: twelve concurrent revocations to group:board, then twelve
-    concurrent deletions, each visible when its own call returned; a combining adapter (HOLDS) sends the
-    held request and one more for the eleven queued behind it."""
-    expected = 2 if index.name in HOLDS else None
+    concurrent deletions, each visible when its own call returned; an adapter that `combines_writes`
+    makes the held write and one more for the eleven queued behind it."""
+    expected = 2 if index.combines_writes else None
     requests = apply_twelve(index, docs, "acl", lambda d: index.set_acl("acme", d, ["group:board"], {}), revoked)
-    assert requests == expected, f"12 revocations took {requests} requests"
+    assert requests == expected, f"12 revocations took {requests} writes"
     requests = apply_twelve(index, docs, "delete", lambda d: index.delete_doc("acme", d), deleted)
-    assert requests == expected, f"12 deletions took {requests} requests"
+    assert requests == expected, f"12 deletions took {requests} writes"

@@ -339,6 +339,8 @@ def test_worker_embeds_a_batch_of_upserts_in_one_call(tmp_path: Path, embedder: 
         def token_counts(self, texts: Any) -> Any:
             return embedder.token_counts(texts)
 
+        cache = None  # the port's `cache`: no embedding cache in front of the model
+
     sink = IndexSink(
         SqliteLexicalIndex(tmp_path / "l.db"),
         EdgeVectorIndex(tmp_path / "v", embedder.dim),

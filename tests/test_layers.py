@@ -6,8 +6,9 @@ A module imports only its own package or the layers below it (imports inside fun
 TYPE_CHECKING count: they run too); the three middle packages never import each other. Only ragsync/
 reads settings: no module below it reads the environment or names a RAGSYNC_* variable, so an adapter
 takes plain arguments and a test or a benchmark can build one without a settings file. Optional
-capabilities are declared on the ports, never probed with hasattr. `lint-imports` (scripts/test.sh)
-checks the same layers from pyproject.toml; this one runs with the tests, and adds the other two rules.
+capabilities are declared on the ports, never probed with hasattr or getattr(x, "name", default).
+`lint-imports` (scripts/test.sh) checks the same layers from pyproject.toml; this one runs with the
+tests, and adds the other two rules.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ HASATTR_ALLOWED = {
     "streams/appliers.py": "os.setpriority: a platform's os module, not a port",
     "indexer/embedder.py": "fastembed's internal model object, pinned by fastembed<0.10 and checked at load",
 }
+
+GETATTR_ALLOWED = {
+    ("indexer/embedder.py", "model"): "fastembed's internal model object (as HASATTR_ALLOWED)",
+    ("indexer/embedder.py", "additional_files"): "fastembed's model description, which not every version has",
+    ("connectors/drive.py", "O_NOFOLLOW"): "a platform's os module, not a port",
+    ("connectors/drive.py", "O_NONBLOCK"): "a platform's os module, not a port",
+    ("connectors/drive.py", "O_CLOEXEC"): "a platform's os module, not a port",
+    ("connectors/front_matter.py", "problem_mark"): "PyYAML's errors: only the marked ones carry it",
+    ("connectors/front_matter.py", "problem"): "PyYAML's errors: only the marked ones carry it",
+    ("connectors/smb_rpc.py", "get_packet"): "impacket's DCE/RPC errors: only a session error carries a reply",
+    ("streams/kafka_producer.py", "_sender"): "kafka-python's producer internals, to stop its sender thread",
+    ("ragsync/request_log.py", "path"): "Starlette's BaseRoute declares no path (Route and Mount do)",
+    ("ragsync/console/docs.py", "path"): "Starlette's BaseRoute declares no path (Route and Mount do)",
+}
+"""getattr(x, "name", default) with a literal name is a probe as hasattr is; these read third-party objects."""
 
 
 def modules(root: Path) -> Iterator[tuple[str, Path, ast.Module]]:
@@ -82,6 +98,16 @@ def settings_violations(root: Path) -> list[str]:
     return out
 
 
+def _getattr_probe(node: ast.AST) -> str | None:
+    """The attribute name of `getattr(x, "name", default)`: a probe for an attribute that may be missing."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+        return None
+    if len(node.args) != 3 or node.keywords:
+        return None
+    attr = node.args[1]
+    return attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else None
+
+
 def probe_violations(root: Path) -> list[str]:
     out: list[str] = []
     for _, path, tree in modules(root):
@@ -90,6 +116,9 @@ def probe_violations(root: Path) -> list[str]:
             call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr"
             if call and name not in HASATTR_ALLOWED:
                 out.append(f"{name}:{node.lineno} probes with hasattr (declare the capability on the port)")
+            attr = _getattr_probe(node)
+            if attr is not None and (name, attr) not in GETATTR_ALLOWED:
+                out.append(f"{name}:{node.lineno} probes {attr} with getattr (declare the capability on the port)")
     return out
 
 
@@ -117,6 +146,8 @@ def test_the_checks_catch_a_wrong_import_a_settings_read_and_a_probe(tmp_path: P
         "    import ragsync.settings\n"
         "    import os\n"
         "    return os.environ.get('RAGSYNC_HOME'), hasattr(later, 'x')\n"
+        "def probe(index, name):\n"
+        "    return getattr(index, 'cache', None), getattr(index, name, None), getattr(index, 'name')\n"
     )
     (tmp_path / "connectors" / "sibling.py").write_text("import streams.ports\nimport indexer.ports\n")
     assert layer_violations(tmp_path) == [
@@ -128,4 +159,7 @@ def test_the_checks_catch_a_wrong_import_a_settings_read_and_a_probe(tmp_path: P
         "indexer/bad.py:6 reads the environment (only ragsync/ reads settings)",
         "indexer/bad.py:6 names RAGSYNC_HOME (only ragsync/ reads settings)",
     ]
-    assert probe_violations(tmp_path) == ["indexer/bad.py:6 probes with hasattr (declare the capability on the port)"]
+    assert probe_violations(tmp_path) == [
+        "indexer/bad.py:6 probes with hasattr (declare the capability on the port)",
+        "indexer/bad.py:8 probes cache with getattr (declare the capability on the port)",
+    ]

@@ -151,9 +151,15 @@ class HashEmbedder:
         """The port's cost measure; characters will do for a stand-in."""
         return [len(t) for t in texts]
 
+    cache = None
+    """No embedding cache in front of it (the port's `cache`: None without one)."""
+
     def forget(self, texts: Sequence[str]) -> tuple[int, list[bytes]]:
         """Holds no cache: nothing to forget (the port's answer without one)."""
         return 0, []
+
+    def present(self, keys: Sequence[bytes]) -> int:
+        return 0
 
 
 @dataclass

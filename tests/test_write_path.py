@@ -78,9 +78,15 @@ class FakeEmbedder:
         """The port's cost measure; characters will do for a stand-in."""
         return [len(t) for t in texts]
 
+    cache = None
+    """No embedding cache in front of it (the port's `cache`: None without one)."""
+
     def forget(self, texts: Any) -> tuple[int, list[bytes]]:
         """Holds no cache: nothing to forget (the port's answer without one)."""
         return 0, []
+
+    def present(self, keys: Any) -> int:
+        return 0
 
 
 def home(tmp: Path, journal: Journal, *, fail_flush: int = 0, embedder: Any = None) -> dict[str, Any]:

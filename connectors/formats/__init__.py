@@ -21,7 +21,7 @@ from connectors.base import content_metadata
 from connectors.decoding import BinaryContent, decode_text
 from connectors.formats.errors import Unreadable
 from schemas.events import EXTRACTED_CONTENT_TYPES, ContentType
-from schemas.extracted import ExtractedDocument
+from schemas.extracted import Block, ExtractedDocument, Table
 
 __all__ = ["BinaryContent", "Content", "Unreadable", "read_content"]
 
@@ -56,8 +56,7 @@ def read_content(content_type: ContentType, data: bytes) -> Content:
     return Content(text, None, encoding, meta.title, meta.effective_from)
 
 
-def _has_text(block: object) -> bool:
-    rows = getattr(block, "rows", None)
-    if rows is not None:
-        return any(cell.strip() for row in rows for cell in row)
-    return bool(str(getattr(block, "text", "")).strip())
+def _has_text(block: Block) -> bool:
+    if isinstance(block, Table):
+        return any(cell.strip() for row in block.rows for cell in row)
+    return bool(block.text.strip())

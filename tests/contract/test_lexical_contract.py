@@ -348,8 +348,8 @@ def test_twelve_concurrent_revocations_then_deletions_are_each_visible_when_thei
 ) -> None:
     """The worker acknowledges an event when the store's call returns, from several appliers at once:
     each revocation and deletion must be in effect for the next search by then, whatever the adapter
-    does with concurrent calls. Adapters that combine queued writes (HOLDS: Elasticsearch) send the
-    twelve in two requests (the first, held in flight, and one for the eleven queued behind it)."""
+    does with concurrent calls. Adapters that declare `combines_writes` (Elasticsearch) send the
+    twelve in two writes (the first, held in flight, and one for the eleven queued behind it)."""
     docs = [f"d{i:02d}.md" for i in range(12)]
     lexical_index.upsert(
         [make_passage(f"Quarterly figures {d}.", doc_id=d, anchor=f"a-{v}", version=v) for d in docs for v in (1, 2)]

@@ -185,8 +185,8 @@ def test_twelve_concurrent_revocations_then_deletions_are_each_visible_when_thei
     vector_index: Any,
 ) -> None:
     """As the LexicalIndex contract's: each change is in effect for the next search when its call
-    returns; adapters that combine queued writes (HOLDS: the Qdrant server adapter) send the twelve in
-    two requests."""
+    returns; adapters that declare `combines_writes` (QdrantVectorIndex, server or local) make the twelve in
+    two writes."""
     docs = [f"d{i:02d}.md" for i in range(12)]
     vector_index.upsert([make_passage(d, doc_id=d, anchor="a-1") for d in docs], np.stack([unit(1, 0)] * 12))
     board = AccessFilter("acme", ("group:board",), NOW)
