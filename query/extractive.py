@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from indexer.ports import Embedder
-from query.answer_form import FormWeights, about_question, bonuses
+from query.answer_form import FormWeights, about_question, bonuses, passage_support
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
 from query.reading import (
     answer_kinds_met,
@@ -176,6 +176,9 @@ def reread(question: str, ranked: Sequence[Candidate], evidence: Sequence[Eviden
         replace(c, score=round(c.score + e, 6)) if e and about_question(c.meaning) else c
         for c, e in zip(ranked, extra, strict=True)
     ]
+    if w.support and passage_support([c.order for c in everything]):
+        # The support is the best sentence's passage's, read before any reordering: it lifts the best only.
+        out[0] = replace(out[0], score=round(out[0].score + w.support, 6))
     if w.top_only:
         return [out[0], *everything[1:]]
     out.sort(key=lambda c: (-c.score, c.order, c.index))
