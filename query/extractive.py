@@ -22,7 +22,9 @@ never quoted: they say where an answer is. A name the question gives (an identif
 capitalised word such as Unix: query.reading.capitalised_words) must be mentioned by the passage the
 best sentence is quoted from, unless most evidence passages mention it (the documents' subject):
 "Which locking mechanism does SQLite use on Unix?" is not answered by "SQLite uses reader/writer
-locks" from a passage that never says Unix (`answer`, query.reading.names_unsupported).
+locks" from a passage that never says Unix (`answer`, query.reading.names_unsupported); the model
+reads on to the best sentence of a passage that names it (`named_first`), and abstains only when
+that one is not good enough or no readable passage names it.
 
 The weights were calibrated on the Python and Git manual sets. `min_score` (1.9) and `min_meaning`
 (0.4) are chosen leave one set out over the five evaluation sets (bench/answer_rule.py): chosen on
