@@ -86,9 +86,10 @@ class Rule:
 
 
 BEFORE = Rule(form=0.3, subject=0.15, top_only=True, lead=True, fall=False)
-"""The model's defaults at this branch's base (main 675b8cf): min_score 1.9, min_meaning 0.4, the name rule,
-the readings form 0.3 and subject 0.15 lifting the best sentence only, the lead from restated questions, no
-passage support, abstaining when the best sentence's passage lacks a name (no fall-through). (Replayed with this branch's question kinds; main's own kinds: run main's copy of this file.)"""
+"""The model's defaults at this branch's base (main 675b8cf): min_score 1.9, min_meaning 0.4, the name rule
+abstaining when the best sentence's passage lacks a name (no fall-through), the readings form 0.3 and subject
+0.15 lifting the best sentence only, the lead from restated questions. Replayed with this branch's question
+kinds (query.answer_form); main's own kinds are main's copy of this file."""
 DESIGN_OFF = {
     "lead": False,
     "min_meaning": 0.4,
@@ -241,7 +242,6 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
     """`ragsync eval`'s harness per set under each role's rule (the configured retriever)."""
 
     def evaluate(components: Any, ctx: Any, questions: Any, rule: Rule) -> dict[str, Any]:
-
 
         from ranking import summary
 
