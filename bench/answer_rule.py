@@ -204,11 +204,15 @@ def figures(turns: Sequence[Turn], rule: Rule, by_type: bool = False) -> Figures
     return Figures(len(answerable), grounded, answered, len(turns) - len(answerable), abstained, tuple(wrong))
 
 
+class Infeasible(Exception):
+    """No rule of the grid makes every training abstain question abstain (a lever held where it cannot)."""
+
+
 def select(figs: Mapping[str, Mapping[Rule, Figures]], sets: Sequence[str], rules: Sequence[Rule]) -> Rule:
     """Every training abstain question abstains; then the best mean grounded rate; ties: stricter."""
     safe = [r for r in rules if all(figs[s][r].abstained == figs[s][r].abstain for s in sets)]
     if not safe:
-        raise SystemExit(f"no rule abstains on every abstain question of {sets}")
+        raise Infeasible(f"no rule abstains on every abstain question of {sets}")
     return max(
         safe, key=lambda r: (round(sum(figs[s][r].grounded_rate for s in sets) / len(sets), 6), r.simplicity(), r)
     )
@@ -303,7 +307,11 @@ def main() -> None:
         pool = [r for r in grid((False,)) if r.top_only or r.weights.off] if name == "names" else rules
         if name == "fall":
             pool = [replace(r, fall=False) for r in rules]
-        p = protocol(turns, [r for r in pool if getattr(r, name) == held])
+        try:
+            p = protocol(turns, [r for r in pool if getattr(r, name) == held])
+        except Infeasible as e:  # e.g. min_score held at 1.9 on the full sets
+            levers[f"without {name} (held at {held})"] = {"infeasible": str(e)}
+            continue
         levers[f"without {name} (held at {held})"] = {
             s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in p["sets"].items()
         }
