@@ -302,7 +302,7 @@ def main() -> None:
     rules = [r for r in grid() if r.top_only or r.weights.off]
     proto = protocol(turns, rules)
     # Levers: the same protocol with one constant taken away (held at DESIGN_OFF).
-    levers = {}
+    levers: dict[str, Any] = {}
     for name, held in DESIGN_OFF.items():
         pool = [r for r in grid((False,)) if r.top_only or r.weights.off] if name == "names" else rules
         if name == "fall":
