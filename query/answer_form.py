@@ -49,8 +49,17 @@ _NAME_Q = re.compile(
     r"flag|variable|keyword|statement|utility|daemon|service|interface|method|mode|format|syntax|api)s?\b",
     re.IGNORECASE,
 )
+_AUX = r"(?:does|do|is|are|can|will|should|must|may|could|would|did|has|have)"
 _YESNO = re.compile(
-    r"(?:^|[.!?]\s+)(?:does|do|is|are|can|will|should|must|may|could|would|did|has|have)\s", re.IGNORECASE
+    rf"(?:^|[.!?]\s+){_AUX}\s|"
+    # after a leading clause: "When two records compare equal, do they keep their order?"
+    rf"^(?:when|whenever|if|while|after|before|once|since|unless|although|though)\b[^?]*?,\s*{_AUX}\s+\w",
+    re.IGNORECASE,
+)
+_CONSEQUENCE_Q = re.compile(
+    r"\bwhat\s+(?:happens|will\s+happen|would\s+happen|happened|goes\s+wrong)\b|\bwhat\s+if\b|"
+    r"\bwhat\s+(?:is|are)\s+the\s+(?:effects?|consequences?|results?)\s+of\b",
+    re.IGNORECASE,
 )
 
 _CODE = re.compile(
@@ -66,7 +75,7 @@ _INSTRUCTION = re.compile(
 )
 _VALUE_S = re.compile(
     r"\d|\bdefault\b|\b(?:once|twice|hourly|daily|weekly|monthly|every|unlimited|none|zero|one|two|three|four|five|"
-    r"six|seven|eight|nine|ten|hundred|thousand|million|half|double)\b",
+    r"six|seven|eight|nine|ten|hundred|thousand|million|half|halves?|double[sd]?|triple[sd]?|quadruple[sd]?)\b",
     re.IGNORECASE,
 )
 _FREQUENCY_S = re.compile(
@@ -82,6 +91,10 @@ _CAUSE_S = re.compile(
 _RULE_S = re.compile(
     r"\b(?:never|always|except|unless|only|not|cannot|can't|must|may|provided|however|but|instead|also|if)\b",
     re.IGNORECASE,
+)
+_CONDITION_S = re.compile(r"\b(?:if|when|whenever|unless|once|otherwise|in\s+which\s+case)\b", re.IGNORECASE)
+_OUTCOME_S = re.compile(
+    r"\b(?:then|will|would|results?\s+in|causes?|leads?\s+to|ends?\s+up|fails?|stops?|returns?)\b", re.IGNORECASE
 )
 _WORDS = re.compile(r"[A-Za-z0-9_.+-]+")
 SUBJECT_WORDS = 4
@@ -110,6 +123,8 @@ def question_kinds(question: str) -> frozenset[str]:
         kinds.add("value")
     if _CAUSE_Q.search(question):
         kinds.add("cause")
+    if _CONSEQUENCE_Q.search(question):
+        kinds.add("consequence")
     if _NAME_Q.search(question):
         kinds.add("name")
     if _YESNO.search(question.strip()):
@@ -138,6 +153,10 @@ def form_match(kinds: frozenset[str], sentence: str) -> float:
             best = max(best, 1.0 if _CAUSE_S.search(sentence) else 0.0)
         elif kind == "yesno":
             best = max(best, 1.0 if _RULE_S.search(sentence) else 0.0)
+        elif kind == "consequence":
+            condition = _CONDITION_S.search(sentence) is not None
+            outcome = _OUTCOME_S.search(sentence) is not None
+            best = max(best, 0.5 * condition + 0.5 * outcome)
     return best
 
 
@@ -167,6 +186,26 @@ def about_question(meaning: float) -> bool:
     return meaning >= LIFT_MEANING
 
 
+SUPPORT_TOP = 5
+SUPPORT_AT = 4
+"""A passage supports its best sentence when at least SUPPORT_AT of the SUPPORT_TOP best candidates stand in it
+(design constants: most of the best five, not a bare majority)."""
+
+
+def passage_support(orders: Sequence[int]) -> bool:
+    """Whether the best sentence's passage keeps answering: `orders` are the passage orders of every
+    candidate sentence, best first. A careful reader trusts a sentence more when the passage around it is
+    about the question too (several of the sentences closest to the question stand there) than when it is
+    the one line of a passage about something else that happens to come close. A passage that holds half
+    or more of all candidate sentences (evidence of one or two passages) would crowd the top by its size
+    alone, so it earns nothing."""
+    if len(orders) < SUPPORT_TOP:
+        return False
+    best = orders[0]
+    top = sum(1 for o in orders[:SUPPORT_TOP] if o == best)
+    return top >= SUPPORT_AT and 2 * sum(1 for o in orders if o == best) < len(orders)
+
+
 def window_meanings(meanings: Sequence[float]) -> list[float]:
     """Each sentence's meaning read with its neighbours (sentences of one passage, in order): the best of
     its own cosine and its mean with either neighbour's."""
@@ -190,10 +229,12 @@ class FormWeights:
     window: float = 0.0
     top_only: bool = False
     """Lift the best sentence's score only, reordering nothing (query.extractive.reread)."""
+    support: float = 0.0
+    """What the best sentence earns when its passage supports it (`passage_support`)."""
 
     @property
     def off(self) -> bool:
-        return self.form == 0 and self.subject == 0 and self.window == 0
+        return self.form == 0 and self.subject == 0 and self.window == 0 and self.support == 0
 
 
 def bonuses(

@@ -18,6 +18,7 @@ from query.answer_form import (
     bonuses,
     focus_terms,
     form_match,
+    passage_support,
     question_kinds,
     subject_match,
     window_meanings,
@@ -178,3 +179,43 @@ def test_how_often_wants_a_frequency_not_any_number() -> None:
     )
     assert form_match(kinds, wrong) == 0.0
     assert question_kinds("What is the default size of the buffer?") == frozenset({"value"})
+
+
+def test_a_yes_or_no_question_after_a_leading_clause() -> None:
+    assert "yesno" in question_kinds("When two records compare equal while sorting, do they keep their order?")
+    assert "yesno" in question_kinds("If I delete the branch, does git remove its commits?")
+    # A comma inside a wh-question does not make it a yes-or-no one.
+    assert "yesno" not in question_kinds("Which file, if any, does the daemon read first?")
+
+
+def test_what_happens_wants_a_condition_and_its_outcome() -> None:
+    kinds = question_kinds("What happens if I don't write my own yywrap()?")
+    assert "consequence" in kinds
+    both = "If you do not supply your own version of yywrap(), then you must link with -lfl."
+    assert form_match(kinds, both) == 1.0
+    assert form_match(kinds, "The yywrap() function is called at the end of the input.") == 0.0
+    assert form_match(kinds, "Unless you changed the state, this will result in an endless loop.") == 1.0
+    assert question_kinds("What does the -Ca option do?") == frozenset()
+
+
+def test_a_multiple_is_a_value() -> None:
+    kinds = question_kinds("How much bigger can -Ca make the scanner tables?")
+    assert form_match(kinds, "This option can quadruple the size of the tables.") == 1.0
+    assert form_match(kinds, "This option controls the tables.") == 0.0
+
+
+def test_passage_support_needs_most_of_the_best_five_and_a_passage_that_is_not_half_the_evidence() -> None:
+    assert passage_support([3, 3, 1, 3, 3, 0, 1, 2, 2, 4, 5, 6])
+    assert not passage_support([3, 3, 1, 2, 3, 0, 1, 2, 2, 4, 5, 6])  # three of five
+    assert not passage_support([3, 3, 3, 3, 3, 3, 3, 1, 2])  # the passage is most of the evidence
+    assert not passage_support([0, 0, 0, 0])  # fewer than five candidates
+
+
+def test_support_lifts_the_best_sentence_only_and_only_when_weighted() -> None:
+    evs = [Evidence(f"d@1#p-{i}", "H", f"text {i}") for i in range(4)]
+    orders = [0, 0, 1, 0, 0, 2, 3, 1, 2, 3, 1, 2]
+    ranked = [Candidate(2.0 - i / 100, 0.5, 0.2, o, evs[o], f"sentence {i}", index=i) for i, o in enumerate(orders)]
+    lifted = reread("what is it?", ranked, evs, FormWeights(support=0.3, top_only=True))
+    assert lifted[0].score == round(ranked[0].score + 0.3, 6)
+    assert lifted[1:] == ranked[1:]
+    assert reread("what is it?", ranked, evs, FormWeights(top_only=True)) == ranked

@@ -65,7 +65,15 @@ def test_answer_abstains_when_the_best_sentence_is_about_another_case() -> None:
     readable = [faq, *others, unix]
     ranked = [_cand(faq, faq.text), _cand(unix, unix.text, score=2.0, order=4)]
     assert choose(ranked, 0.4, 1.9, 0.0)  # by score alone it would quote the FAQ
-    assert answer(QUESTION, ranked, readable, 0.4, 1.9, 0.0) == []
+    # Without reading on, the FAQ's passage (no Unix) ends the answer.
+    assert answer(QUESTION, ranked, readable, 0.4, 1.9, 0.0, fall_through=False) == []
+    # Reading on, the best sentence of the passage that names Unix is the answer (a second claim, as before,
+    # is any other passage's sentence within SECOND_CLAIM_MARGIN).
+    assert answer(QUESTION, ranked, readable, 0.4, 1.9, 0.0)[0].evidence is unix
+    # ... when it is good enough by itself: below the threshold the model abstains.
+    assert answer(QUESTION, ranked, readable, 0.4, 2.1, 0.0) == []
+    # Without the Unix passage in the evidence (the asker may not read it) nothing names Unix: abstain.
+    assert answer(QUESTION, ranked[:1], readable[:-1], 0.4, 1.9, 0.0) == []
     # The passage that names Unix ranked first is answered from.
     assert answer(QUESTION, ranked[::-1], readable, 0.4, 1.9, 0.0)[0].evidence is unix
     # Without the name in the question, the FAQ sentence stands.
