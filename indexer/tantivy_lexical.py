@@ -376,8 +376,10 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
         w = self.weights
         weights = {"title": w.title, "heading": w.heading, "text": w.text}
 
+        best = candidates(sides, words, weights, access.entries)
+
         def fetch(n: int) -> list[Candidate]:
-            return [Candidate(rid, score) for score, rid in candidates(sides, words, weights, access.entries, n)]
+            return [Candidate(rid, score) for score, rid in best(n)]
 
         return fetch
 

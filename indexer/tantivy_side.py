@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,19 +174,20 @@ class SideIndex:
 
 
 def candidates(
-    sides: list[SideIndex], words: list[str], weights: Mapping[str, float], entries: Iterable[str], n: int
-) -> list[tuple[float, int]]:
-    """(score, rid) of the n best documents of the tenant's shards holding any of the words (in a field of
-    weight > 0) and any of the entries' tokens, best first. Each word is analysed here and queried as a
-    term (a word the analyzer cuts in several, `os_walk`, as a phrase), so a user's text is never query
-    syntax. The score is the passage's BM25 (the combined field, each term boosted so that its IDF is
-    FTS5's over the whole tenant: document counts summed over the shards) times the body's weight, plus
-    FIELD_EXTRA x the excess weight of the title or heading times that field's BM25; the principal
-    clause scores 0 and only filters. Each shard returns its own n best, merged here: the n best of all.
-    Within a shard Tantivy normalises lengths by that shard's average, the one statistic not tenant-wide."""
+    sides: list[SideIndex], words: list[str], weights: Mapping[str, float], entries: Iterable[str]
+) -> Callable[[int], list[tuple[float, int]]]:
+    """`fetch(n)`: (score, rid) of the n best documents of the tenant's shards holding any of the words
+    (in a field of weight > 0) and any of the entries' tokens, best first. Each word is analysed here
+    and queried as a term (a word the analyzer cuts in several, `os_walk`, as a phrase), so a user's
+    text is never query syntax. The score is the passage's BM25 (the combined field, each term boosted
+    so that its IDF is FTS5's over the whole tenant: document counts summed over the shards) times the
+    body's weight, plus FIELD_EXTRA x the excess weight of the title or heading times that field's BM25;
+    the principal clause scores 0 and only filters. Each shard returns its own n best, merged: the n
+    best of all. Within a shard Tantivy normalises lengths by that shard's average, the one statistic
+    not tenant-wide. The words are analysed and each shard's query built once, here, for every round."""
     body = weights["text"]
     if not words or body <= 0 or not sides:
-        return []
+        return lambda n: []
     searchers = [side.searcher() for side in sides]
     docs = [max(int(s.num_docs), 1) for s in searchers]
     total = max(sum(docs), 1)
@@ -204,24 +205,28 @@ def candidates(
                 continue
         terms.append((tokens, found))
     if not terms:
-        return []
+        return lambda n: []
     acl = tantivy.Query.const_score_query(
         tantivy.Query.term_set_query(SCHEMA, "principals", sorted({acl_token(e) for e in entries})), 0.0
     )
-    hits: list[tuple[float, int]] = []
-    for k, searcher in enumerate(searchers):
-        query = _shard_query(terms, k, docs[k], total, weights, acl)
-        if query is None:
-            continue
-        found_hits = searcher.search(query, n, count=False).hits
-        if not found_hits:
-            continue
-        rids = searcher.fast_field_values("rid", [addr for _, addr in found_hits])
-        hits.extend(
-            (float(score), int(rid)) for (score, _), rid in zip(found_hits, rids, strict=True) if rid is not None
-        )
-    hits.sort(key=lambda h: -h[0])
-    return hits[:n]
+    queries = [(s, _shard_query(terms, k, docs[k], total, weights, acl)) for k, s in enumerate(searchers)]
+    queries = [(s, q) for s, q in queries if q is not None]
+
+    def fetch(n: int) -> list[tuple[float, int]]:
+        hits: list[tuple[float, int]] = []
+        for searcher, query in queries:
+            found_hits = searcher.search(query, n, count=False).hits
+            if not found_hits:
+                continue
+            rids = searcher.fast_field_values("rid", [addr for _, addr in found_hits])
+            hits.extend(
+                (float(score), int(rid)) for (score, _), rid in zip(found_hits, rids, strict=True) if rid is not None
+            )
+        if len(queries) > 1:
+            hits.sort(key=lambda h: -h[0])
+        return hits[:n]
+
+    return fetch
 
 
 def _shard_query(
