@@ -170,7 +170,10 @@ def load_embedded(
         t[f"lexical_{engine}_db_mb"] = (home / f"lexical-{engine}.db").stat().st_size / 2**20
     if "tantivy" in stores:
         t["tantivy_index_mb"] = _tree_mb(home / "lexical-tantivy.db.tantivy")
-        t["tantivy_segments"] = stores["tantivy"]._sides[TENANT].index.searcher().num_segments
+        tantivy = stores["tantivy"]
+        sides = [tantivy._side(TENANT, s, create=False) for s in tantivy._shards(TENANT)]
+        t["tantivy_shards"] = len(sides)
+        t["tantivy_segments"] = sum(side.searcher().num_segments for side in sides if side is not None)
     return stores, vector, t
 
 
@@ -218,7 +221,7 @@ def load_cluster(
 
 
 def purge_cost(lexical: Any) -> float:
-    """Seconds of a purge after one deletion: Tantivy's rebuild of the tenant index from SQLite."""
+    """Seconds of a purge after one deletion: Tantivy's rebuild, from SQLite, of the shard that held it."""
     lexical.delete_doc(TENANT, "doc0.md")
     began = time.perf_counter()
     details = lexical.purge()
