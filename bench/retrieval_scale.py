@@ -47,7 +47,7 @@ from schemas.principal import AccessFilter, Principal
 
 FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
 TIERS = ((10, "tenth"), (100, "hundredth"))
-RANKERS = ("bm25", "bm25-exists", "dense", "fused")
+RANKERS = ("bm25", "bm25-exists", "bm25-termset", "dense", "fused")
 
 
 def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
@@ -75,6 +75,28 @@ def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, fl
     cur = lexical._conn.execute(sql, (expression, access.tenant, as_of, as_of, *access.entries, as_of, floor, limit))
     cols = [d[0] for d in cur.description]
     return [lexical._hit(dict(zip(cols, row, strict=True))) for row in cur.fetchall()]
+
+
+def termset_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
+    """Tantivy's search with the former principal clause (one term_set_query, which walks the principals'
+    term dictionary of every segment) on the same store: `bm25-termset`, the `before` of acl_query."""
+    import tantivy
+
+    from indexer import tantivy_side
+    from indexer.fts_acl import acl_token
+
+    def former(entries: Any) -> Any:
+        tokens = sorted({acl_token(e) for e in entries})
+        return tantivy.Query.const_score_query(
+            tantivy.Query.term_set_query(tantivy_side.SCHEMA, "principals", tokens), 0.0
+        )
+
+    current = tantivy_side.acl_query
+    tantivy_side.acl_query = former  # type: ignore[assignment]
+    try:
+        return list(lexical.search(query, access, limit, floor))
+    finally:
+        tantivy_side.acl_query = current  # type: ignore[assignment]
 
 
 BATCH = 10_000
@@ -302,6 +324,9 @@ def measure_size(
             "bm25-exists": lambda i, a=access: exists_search(
                 lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
             ),
+            "bm25-termset": lambda i, a=access: termset_search(
+                lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
+            ),
             "dense": lambda i, a=access: vector.search(w.qvecs[i], a, settings.candidates, settings.dense_floor),
             "fused": lambda i, p=principal: retriever.search(p, w.texts[i], as_of),  # type: ignore[union-attr]
         }
@@ -396,7 +421,9 @@ def main() -> None:
                         rankers = [
                             r
                             for r in args.rankers
-                            if not (r == "dense" and i > 0) and not (r == "bm25-exists" and engine == "tantivy")
+                            if not (r == "dense" and i > 0)
+                            and not (r == "bm25-exists" and engine == "tantivy")
+                            and not (r == "bm25-termset" and engine != "tantivy")
                         ]
                         rows += measure_size(
                             args.profile, n, lexical, vector, q.workload(n), rankers, args.queries, extra

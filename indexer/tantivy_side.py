@@ -206,9 +206,7 @@ def candidates(
         terms.append((tokens, found))
     if not terms:
         return lambda n: []
-    acl = tantivy.Query.const_score_query(
-        tantivy.Query.term_set_query(SCHEMA, "principals", sorted({acl_token(e) for e in entries})), 0.0
-    )
+    acl = acl_query(entries)
     queries = [(s, _shard_query(terms, k, docs[k], total, weights, acl)) for k, s in enumerate(searchers)]
     queries = [(s, q) for s, q in queries if q is not None]
 
@@ -227,6 +225,19 @@ def candidates(
         return hits[:n]
 
     return fetch
+
+
+def acl_query(entries: Iterable[str]) -> Any:
+    """The principal clause: any of the entries' tokens, scoring 0. A boolean OR of term queries, each a
+    term-dictionary look-up: Tantivy's term_set_query (the former clause) walks the whole `principals`
+    term dictionary of every segment with an automaton, ~0.35 ms a segment whatever the query (bench:
+    0.37 ms against 0.01 ms on a 1,000-passage index), which at 1M passages in 50+ segments was most of
+    a search's CPU."""
+    tokens = sorted({acl_token(e) for e in entries})
+    terms = [
+        (tantivy.Occur.Should, tantivy.Query.term_query(SCHEMA, "principals", t, index_option="basic")) for t in tokens
+    ]
+    return tantivy.Query.const_score_query(tantivy.Query.boolean_query(terms), 0.0)
 
 
 def _shard_query(
