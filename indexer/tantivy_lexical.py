@@ -245,6 +245,8 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
         self._conn.execute(
             "DELETE FROM tantivy_shards WHERE tenant = ? AND lo >= ? AND lo <= ?", (tenant, lo, shards[last].lo)
         )
+        for merged in shards[first + 1 : last + 1]:  # their directories go with the old generations: let go
+            self._sides.pop((tenant, merged.lo), None)
         self._conn.execute(
             "INSERT INTO tantivy_shards(tenant, lo, gen, stamp, analyzer, hi) VALUES (?, ?, ?, 1, ?, ?)",
             (tenant, lo, gen, self.analyzer, hi),

@@ -5,7 +5,8 @@ passage text lives in SQLite alone. Each tenant has its own index (BM25 statisti
 tenants, as with the FTS5 tables and the Elasticsearch indexes), in a directory named by the
 tenant's hash, the analyzer, the shard's first rid (indexer.tantivy_shards) and a generation; a
 rebuild writes the next generation beside the current one and SQLite's `tantivy_shards` row says which
-is current, so a reader in another process follows it at its next search and a crash mid-rebuild leaves the old generation in force.
+is current, so a reader in another process follows it at its next search and a crash mid-rebuild
+leaves the old generation in force.
 
 Every commit also writes a stamp document (rid = STAMP_RID, `stamp` = the commit's number); the
 same number is written to SQLite in the transaction that commits just after. Equal numbers: the side
