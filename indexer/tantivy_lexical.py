@@ -211,15 +211,17 @@ class TantivyLexicalIndex(SqliteLexicalIndex):
 
     def _write_range(self, tenant: str, side: SideIndex, start: int, end: int | None, stamp: int) -> int:
         """Every passage of the tenant with start <= rid < end written into a fresh side index and
-        committed with the stamp; the highest rid written (start - 1 when none)."""
+        committed with the stamp; the highest rid written (start - 1 when none). `+tenant` keeps SQLite
+        on the rid range: on the (tenant, ...) index it walked and sorted the tenant's every row for each
+        chunk, which made a one-shard purge at 1M cost the tenant's size after all (32.7 s)."""
         writer = side.writer()
         after, top = start - 1, start - 1
         try:
             while rids := [
                 int(r[0])
                 for r in self._conn.execute(
-                    "SELECT rid FROM passages WHERE tenant = ? AND rid > ? AND rid < ? ORDER BY rid LIMIT ?",
-                    (tenant, after, end if end is not None else 2**62, CHUNK),
+                    "SELECT rid FROM passages WHERE rid > ? AND rid < ? AND +tenant = ? ORDER BY rid LIMIT ?",
+                    (after, end if end is not None else 2**62, tenant, CHUNK),
                 )
             ]:
                 for doc in self._documents(tenant, rids):
