@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.sqlite_fts import SqliteLexicalIndex
-from indexer.tantivy_lexical import TABLE, TantivyLexicalIndex
+from indexer.tantivy_lexical import TantivyLexicalIndex
+from indexer.tantivy_shards import TABLE
 from indexer.tantivy_side import LAYOUT, STAMP_RID, tenant_key
 from schemas.principal import AccessFilter
 
@@ -130,8 +131,9 @@ class _SqliteOnly(TantivyLexicalIndex):
 
     def _before_commit(self) -> None:
         for tenant in self._dirty:
-            self._conn.execute("UPDATE tantivy_indexes SET stamp = stamp + 1 WHERE tenant = ?", (tenant,))
+            self._conn.execute("UPDATE tantivy_shards SET stamp = stamp + 1 WHERE tenant = ?", (tenant,))
         self._dirty.clear()
+        self._deleted.clear()
 
 
 class _NoCheckOnOpen(TantivyLexicalIndex):
@@ -179,8 +181,8 @@ def test_a_side_index_ahead_of_sqlite_is_rebuilt_on_open(tmp_path: Path) -> None
     path = tmp_path / "lexical.db"
     index = TantivyLexicalIndex(path)
     index.upsert([make_passage("heron nesting", doc_id="h.md")])
-    (gen, stamp) = index._conn.execute("SELECT gen, stamp FROM tantivy_indexes").fetchone()
-    side = index._sides["acme"]
+    (lo, gen, stamp) = index._conn.execute("SELECT lo, gen, stamp FROM tantivy_shards").fetchone()
+    side = index._sides[("acme", lo)]
     writer = side.writer()
     writer.delete_documents_by_term("rid", 1)  # the half of a write that reached Tantivy only
     side.commit(writer, stamp + 1)
@@ -189,9 +191,9 @@ def test_a_side_index_ahead_of_sqlite_is_rebuilt_on_open(tmp_path: Path) -> None
     reopened = TantivyLexicalIndex(path)
     try:
         assert ids(reopened.search("heron", STAFF, 10, 0.0)) == ["h.md@1#root-1"]
-        assert reopened._conn.execute("SELECT gen FROM tantivy_indexes").fetchone()[0] == gen + 1
+        assert reopened._conn.execute("SELECT gen FROM tantivy_shards").fetchone()[0] == gen + 1
         assert [d.name for d in (tmp_path / "lexical.db.tantivy").iterdir()] == [
-            f"{tenant_key('acme')}-standard-{LAYOUT}-g{gen + 1}"
+            f"{tenant_key('acme')}-standard-{LAYOUT}-s{lo}-g{gen + 1}"
         ]
     finally:
         reopened.close()
@@ -204,17 +206,18 @@ def test_purge_removes_a_deleted_passages_words_from_the_side_index(tmp_path: Pa
     try:
         index.upsert([make_passage("xylophonist rehearsal", doc_id="gone.md"), make_passage("rehearsal kept")])
         index.delete_doc("acme", "gone.md")
-        searcher = index._sides["acme"].index.searcher()
+        ((lo,),) = index._conn.execute("SELECT lo FROM tantivy_shards").fetchall()
+        searcher = index._sides[("acme", lo)].index.searcher()
         assert searcher.doc_freq("text", "xylophonist") == 1
         assert index.purge_pending() == 1
         details = index.purge()
         assert details["rebuilt"] == 1 and details["checkpoint_complete"]
         assert index.purge_pending() == 0
-        side = index._sides["acme"]
+        side = index._sides[("acme", lo)]
         assert side.index.searcher().doc_freq("text", "xylophonist") == 0
         assert side.index.searcher().doc_freq("text", "rehearsal") == 1
         assert [d for d in (tmp_path / "lexical.db.tantivy").iterdir()] == [side.path]
-        assert side.read_stamp() == index._conn.execute("SELECT stamp FROM tantivy_indexes").fetchone()[0]
+        assert side.read_stamp() == index._conn.execute("SELECT stamp FROM tantivy_shards").fetchone()[0]
         assert STAMP_RID < 0
     finally:
         index.close()
