@@ -131,8 +131,8 @@ class Settings(BaseSettings):
     """At most this many questions of concurrent requests embedded in one model run (indexer.query_batch),
     run by one of the waiting requests' own threads; 1: each question in a run of its own. A lone question
     is a run of one either way; a batched question's row is bit for bit its run alone (MiniLM export,
-    1,138 questions in batches of 2-32: bench/README.md). A quantised model embeds each alone whatever
-    this says."""
+    1,189 questions in batches of 2-32: bench/query_batch_bits.py). A quantised model embeds each alone
+    whatever this says."""
     embed_query_prefix: str = ""
     """Put before every question (never before a passage) when it is embedded: the instruction some
     models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""
