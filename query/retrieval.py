@@ -10,7 +10,9 @@ answer is one sentence of a longer passage. Its score is blended with the fused 
 The two rankers run at the same time: BM25 in the calling thread, the query embedding and the
 dense search in a shared worker thread (SQLite, ONNX Runtime, qdrant-edge and the HTTP clients
 release the GIL while they work, and every adapter is thread-safe), so a fused search costs about
-as long as the slower ranker, not the sum.
+as long as the slower ranker, not the sum. While another search of the process is running (a server under
+load, both cores busy) the two run one after the other in the caller's thread instead: the same lists,
+without a pool hop per search that buys nothing then.
 
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
 may not read. Two more guards make a revocation or deletion effective at once, wherever a copy
