@@ -10,7 +10,9 @@ answer is one sentence of a longer passage. Its score is blended with the fused 
 The two rankers run at the same time: BM25 in the calling thread, the query embedding and the
 dense search in a shared worker thread (SQLite, ONNX Runtime, qdrant-edge and the HTTP clients
 release the GIL while they work, and every adapter is thread-safe), so a fused search costs about
-as long as the slower ranker, not the sum.
+as long as the slower ranker, not the sum. While another search of the process is running (a server under
+load, both cores busy) the two run one after the other in the caller's thread instead: the same lists,
+without a pool hop per search that buys nothing then.
 
 The AccessFilter goes into each store's own query; nothing here sees a passage the principal
 may not read. Two more guards make a revocation or deletion effective at once, wherever a copy
@@ -29,11 +31,13 @@ lags behind:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -141,6 +145,33 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+class _Searches:
+    """How many fused searches of this process are running. Running a search's two rankers side by side
+    buys latency only while a core is free: with another search running (a server under load), handing
+    the dense half to a pool thread costs a submit, a future, a wake-up and a context copy per search
+    for nothing (both cores are busy anyway), so then the two run one after the other in the caller's
+    thread. The lists are the same either way; only when they are worked out differs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[bool]:
+        """Counts this search while it runs; yields whether it is the only one."""
+        with self._lock:
+            self._running += 1
+            alone = self._running == 1
+        try:
+            yield alone
+        finally:
+            with self._lock:
+                self._running -= 1
+
+
+_SEARCHES = _Searches()
+
+
 class Retriever:
     def __init__(
         self,
@@ -214,9 +245,16 @@ class Retriever:
         return [h for h in hits if not any(denies(e, h.passage, access) for e in entries)]
 
     def candidates(self, query: str, access: AccessFilter) -> tuple[list[Hit], list[Hit]]:
-        """Both floored candidate lists, the dense one in a pool thread while BM25 runs here."""
+        """Both floored candidate lists, the dense one in a pool thread while BM25 runs here; one after
+        the other in this thread while another search is running (see `_Searches`)."""
         if not self.settings.concurrent or not self.dense_enabled:
             return self.lexical_hits(query, access), self.dense_hits(query, access)
+        with _SEARCHES.one() as alone:
+            if not alone:
+                return self.lexical_hits(query, access), self.dense_hits(query, access)
+            return self._side_by_side(query, access)
+
+    def _side_by_side(self, query: str, access: AccessFilter) -> tuple[list[Hit], list[Hit]]:
         # In a copy of this context: the dense half shares the request's embedding scope (the question
         # is embedded once for both halves, the reranker and the answering model).
         dense = _pool().submit(contextvars.copy_context().run, self.dense_hits, query, access)

@@ -127,11 +127,12 @@ class Settings(BaseSettings):
     ask_threads: int | None = Field(default=None, ge=1, le=256)
     """Questions the API answers at once (each in a thread; the rest wait their turn); None: the thread
     pool's own bound (40). Python threads share one interpreter lock: bench/api_load.py measures it."""
-    embed_query_batch: int = Field(default=1, ge=1, le=256)
-    """At most this many questions of concurrent requests embedded in one model run (indexer.query_batch);
-    1 (the default): each question in a run of its own. Batching saved 9 % of the serve's CPU per answer
-    but its one runner thread halved the throughput on a busy machine (bench/README.md, answers under
-    load). A quantised model embeds each alone whatever this says."""
+    embed_query_batch: int = Field(default=32, ge=1, le=256)
+    """At most this many questions of concurrent requests embedded in one model run (indexer.query_batch),
+    run by one of the waiting requests' own threads; 1: each question in a run of its own. A lone question
+    is a run of one either way; a batched question's row is bit for bit its run alone (MiniLM export,
+    1,189 questions in batches of 2-32: bench/query_batch_bits.py). A quantised model embeds each alone
+    whatever this says."""
     embed_query_prefix: str = ""
     """Put before every question (never before a passage) when it is embedded: the instruction some
     models were trained with, e.g. BGE's "Represent this sentence for searching relevant passages: "."""

@@ -12,7 +12,7 @@ from conftest import NOW, make_passage
 
 from indexer.ports import Hit, VectorHit
 from query.ports import RerankInput
-from query.retrieval import RetrievalSettings, Retriever
+from query.retrieval import _SEARCHES, RetrievalSettings, Retriever
 from query.rrf import RRF_K, blend, fuse
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
@@ -145,6 +145,26 @@ def test_sequential_rankers_on_request() -> None:
     retriever.rank("backups", AccessFilter.for_principal(ANN, NOW))
     assert [who for who, _ in meeting.calls] == ["lexical", "dense"]
     assert {thread for _, thread in meeting.calls} == {threading.current_thread().name}
+
+
+def test_while_another_search_runs_the_rankers_run_one_after_the_other_with_the_same_lists() -> None:
+    """Under load (another search running) the dense half stays in the caller's thread: same lists."""
+    alone, _ = _retriever(concurrent=True)
+    access = AccessFilter.for_principal(ANN, NOW)
+    expected = alone.rank("backups", access)
+    retriever, meeting = _retriever(concurrent=True)
+    meeting.barrier = None  # side by side, the rankers would still run (this test checks where)
+    with _SEARCHES.one() as first:  # another search of this process is running
+        assert first
+        ranking = retriever.rank("backups", access)
+    assert [who for who, _ in meeting.calls] == ["lexical", "dense"]
+    assert {thread for _, thread in meeting.calls} == {threading.current_thread().name}
+    assert ranking.fused == expected.fused
+    assert [h.passage.passage_id for h in ranking.dense] == [h.passage.passage_id for h in expected.dense]
+    assert [h.passage.passage_id for h in ranking.lexical] == [h.passage.passage_id for h in expected.lexical]
+    meeting.calls.clear()
+    retriever.rank("backups", access)  # alone again: the dense half in a pool thread
+    assert dict(meeting.calls)["dense"] != threading.current_thread().name
 
 
 def test_a_failing_ranker_fails_the_search() -> None:

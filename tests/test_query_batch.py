@@ -138,19 +138,57 @@ def test_a_model_giving_the_wrong_number_of_rows_is_an_error_not_a_shifted_row(e
         assert np.allclose(row, embedder.embed([text])[0], atol=1e-5)
 
 
-def test_a_stuck_model_gives_model_unavailable_after_the_timeout() -> None:
+def test_a_question_waiting_behind_a_stuck_run_gives_model_unavailable_after_the_timeout() -> None:
+    """The first question leads and is stuck in its run; the one queued behind it gives up after the
+    timeout with ModelUnavailable (and leaves the queue) instead of waiting for ever."""
     release = threading.Event()
+    entered = threading.Event()
 
     def stuck(batch: Sequence[str]) -> Vectors:
+        entered.set()
         release.wait(30)
         return np.zeros((len(batch), 4), dtype=np.float32)
 
     batcher = QueryBatcher(stuck, timeout_s=0.2)
+    leader = threading.Thread(target=batcher.embed, args=("the leader",))
+    leader.start()
     try:
+        assert entered.wait(30)
         with pytest.raises(ModelUnavailable, match="no question embedding within"):
             batcher.embed("anything")
+        assert batcher._queue == []
     finally:
         release.set()
+        leader.join(30)
+    assert np.array_equal(batcher.embed("after"), np.zeros(4, dtype=np.float32))  # the lead was not lost
+
+
+def test_every_question_of_many_threads_gets_its_own_row_and_no_thread_is_left_waiting() -> None:
+    """Many threads at once, two lanes: each gets the row of its own text (a model whose row encodes the
+    text), none hangs, and batches of more than one happened."""
+    barrier = threading.Barrier(24)
+
+    def model(batch: Sequence[str]) -> Vectors:
+        threading.Event().wait(0.005)  # a run takes a while, so that others queue behind it
+        return np.array([[float(t.split()[-1]), float(len(batch))] for t in batch], dtype=np.float32)
+
+    batcher = QueryBatcher(model, max_batch=8, lanes=2)
+    out: dict[int, float] = {}
+
+    def one(i: int) -> None:
+        barrier.wait(30)
+        for n in range(10):
+            out[i * 100 + n] = float(batcher.embed(f"question {i * 100 + n}")[0])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert out == {k: float(k) for k in out} and len(out) == 240
+    assert 1 < batcher.largest <= 8 and batcher.runs < 240
+    assert batcher._leaders == 0 and batcher._queue == []
 
 
 def test_the_embedder_batches_questions_and_a_lone_question_is_embedded_as_before(embedder: Any) -> None:
