@@ -149,7 +149,7 @@ def test_a_revocation_published_while_the_next_slice_embeds_goes_before_it(tmp_p
     worker = EmbeddedWorker(log, h["sink"])
     stats = worker.drain()
     acl_at = order.index("acl:t:roadmap.md")
-    later_slices = [i for i, call in enumerate(order) if call.startswith("upsert:") and number(call) >= EMBED_AHEAD_DOCS]
+    later_slices = [i for i, c in enumerate(order) if c.startswith("upsert:") and number(c) >= EMBED_AHEAD_DOCS]
     assert later_slices and acl_at < min(later_slices), order
     assert order.index("revocation published") < acl_at
     assert worker.preemptions >= 1 and stats.applied == DOCS + 1
