@@ -44,6 +44,8 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 QUANTISED = "#int8"
 """The identity suffix of a model whose activations are quantised per run (ragsync.model_fetch variants)."""
 HUB_PROBE_TIMEOUT_S = 5.0
+MAX_TOKENIZED = 4096
+"""Texts whose token ids `token_counts` keeps for the next `embed` at most (past it, it starts afresh)."""
 
 
 @contextlib.contextmanager
@@ -141,6 +143,8 @@ class FastEmbedder:
         Two threads inside one run of a short window meet at a barrier after every operator and wait for
         each other; two runs side by side, one thread each, never wait (same vectors, bit for bit;
         see `embed`). A model run in batches keeps ONNX Runtime's own threads inside each run."""
+        self._tokenized: dict[str, list[list[int]]] = {}
+        """Windows of token ids `token_counts` computed, by text, until `embed` takes them (`_pieces`)."""
         self._helpers: ThreadPoolExecutor | None = None
         self._helpers_lock = threading.Lock()
         self.query_prefix = query_prefix
@@ -234,8 +238,7 @@ class FastEmbedder:
         """One unit vector per text, every word piece of it embedded (see indexer.embed_windows)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(texts))
-        windows = windows_of([[e.ids, *(o.ids for o in e.overflowing)] for e in encodings], self._specials)
+        windows = windows_of(self._pieces(texts), self._specials)
         runs = list(batches(windows, self.batch_size))
         rows = self._run_all(runs)
         return pool([w for batch in runs for w in batch], np.concatenate(rows), len(texts))
@@ -288,9 +291,30 @@ class FastEmbedder:
         return [[len(w.ids) - self._specials for w in (e, *e.overflowing)] for e in encodings]
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Tokens each text costs the model (its windows' tokens, special tokens included)."""
+        """Tokens each text costs the model (its windows' tokens, special tokens included).
+
+        The texts' windows are kept for the `embed` that usually follows (the sink sorts a batch by
+        these counts, then embeds it): a text is tokenized once, not twice (`_pieces`)."""
         encodings = self._tokenizer.encode_batch(list(texts))
-        return [len(e.ids) + sum(len(o.ids) for o in e.overflowing) for e in encodings]
+        pieces = [[e.ids, *(o.ids for o in e.overflowing)] for e in encodings]
+        if len(self._tokenized) + len(pieces) > MAX_TOKENIZED:
+            self._tokenized.clear()
+        self._tokenized.update(zip(texts, pieces, strict=True))
+        return [sum(len(ids) for ids in windows) for windows in pieces]
+
+    def _pieces(self, texts: Sequence[str]) -> list[list[list[int]]]:
+        """Each text's windows of token ids: those `token_counts` kept (taken, so each serves once),
+        the others tokenized now. The same tokenizer either way, so the same ids."""
+        kept = [self._tokenized.pop(text, None) for text in texts]
+        missing = [text for text, windows in zip(texts, kept, strict=True) if windows is None]
+        fresh = iter(self._tokenizer.encode_batch(missing) if missing else [])
+        out: list[list[list[int]]] = []
+        for windows in kept:
+            if windows is None:
+                e = next(fresh)
+                windows = [e.ids, *(o.ids for o in e.overflowing)]
+            out.append(windows)
+        return out
 
     def _run(self, batch: Sequence[Window]) -> Vectors:
         """One ONNX run over a batch of windows, pooled as fastembed pools this model (mean or [CLS])."""

@@ -158,7 +158,9 @@ class IndexSink:
         self._sub_batch = EMBED_SUB_BATCH
         """Texts per embedding call of a batch that may give way, learnt from the last call's pace."""
 
-    def embed_upserts(self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None) -> dict[str, Vectors]:
+    def embed_upserts(
+        self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None, *, resume: bool = False
+    ) -> dict[str, Vectors]:
         """Vectors for the passages of many upserts, embedded together.
 
         The model is several times faster on large, length-sorted batches than on one small batch
@@ -168,7 +170,9 @@ class IndexSink:
         with an `interrupt`, as many as take about EMBED_CALL_BUDGET_S, see `sub_batch_size`);
         between two calls `interrupt()` may answer True, and Preempted is raised: a worker uses it
         to apply a revocation that arrived meanwhile instead of waiting for the whole batch. What was
-        embedded is not lost: the embedding cache keeps it for the retry.
+        embedded is not lost: the embedding cache keeps it for the retry. With `resume` the pass goes on
+        where the previous call of the same batch stopped (its next slice, streams.embedded_worker), so
+        it starts at that call's pace, learnt a moment ago, rather than with a short first call.
         """
         if self.embedder is None or self.vector is None:
             return {}
@@ -198,7 +202,7 @@ class IndexSink:
             if interrupt is None:
                 size = EMBED_SUB_BATCH
             else:
-                size = self._sub_batch if start else min(self._sub_batch, EMBED_FIRST_CALL)
+                size = self._sub_batch if start or resume else min(self._sub_batch, EMBED_FIRST_CALL)
             chunk = order[start : start + size]
             began = time.monotonic()
             vectors[chunk] = self.embedder.embed([texts[i] for i in chunk])

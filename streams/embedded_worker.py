@@ -5,6 +5,8 @@ applies document upserts in large batches, and such a batch gives way as soon as
 deletion arrives: while it is embedding (IndexSink.embed_upserts' `interrupt`) nothing of it is
 applied yet and it is simply retried later (the embedding cache keeps what was computed); while it
 is being applied, the records applied so far are flushed and committed and the rest is retried.
+A batch is embedded a slice ahead of its apply (`_apply_documents`): a helper thread embeds the next
+EMBED_AHEAD_DOCS documents while this one writes the slice before them into the stores.
 
 While revocations keep arriving, the worker goes in rounds (`_interleave`): each round applies
 every ACL change and deletion waiting, then a small slice of documents embedded during the previous
@@ -29,8 +31,10 @@ deleted or superseded documents is erased from the log; erasures are then purged
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -59,6 +63,10 @@ REVOCATION_TOPICS = (TOPIC_ACL, TOPIC_DELETIONS)
 GROUP = "ragsync-indexer"
 
 SLICE_DOCS = 32
+"""Documents polled for a slice at most; how many of them it holds depends on time (`_embed_slice`)."""
+
+EMBED_AHEAD_DOCS = 32
+"""Documents of an upsert batch embedded together while the slice before them is applied (`_apply_documents`)."""
 """Documents polled for a slice at most; how many of them it holds depends on time (`_embed_slice`)."""
 
 
@@ -204,7 +212,7 @@ class EmbeddedWorker:
             if pairs and time.monotonic() - began >= EMBED_CALL_BUDGET_S:
                 break
             event = try_decode(record)
-            vectors.update(self._embed_batch([event], interruptible=False))
+            vectors.update(self._embed_batch([event]))
             pairs.append((record, event))
         if len(pairs) < len(records):
             # Back to the committed offset: the next commit acknowledges this prefix and the next
@@ -214,51 +222,103 @@ class EmbeddedWorker:
 
     def _apply_batch(self, topic: str, records: list[Record]) -> int | None:
         decoded = [try_decode(record) for record in records]
-        if self.tracker is not None and topic != TOPIC_DOCUMENTS:
+        if topic == TOPIC_DOCUMENTS:
+            return self._apply_documents(list(zip(records, decoded, strict=True)))
+        if self.tracker is not None:
             for record, event in zip(records, decoded, strict=True):
                 self.tracker.consumed(record, event)  # effective from here on, before any store write
+        return self._apply_and_commit((topic,), list(zip(records, decoded, strict=True)), {})
+
+    def _apply_documents(self, pairs: list[tuple[Record, Event | InvalidEvent]]) -> int | None:
+        """A batch of upserts, embedded a slice ahead of its apply; None if it gave way before any was applied.
+
+        Slices of EMBED_AHEAD_DOCS documents: while this thread applies slice k (chunks to passages,
+        FTS5, qdrant-edge, doc states: Python holding the GIL for most of it), a helper thread chunks
+        and embeds slice k+1, so the model's runs (which release the GIL) go on during the apply instead
+        of waiting for it. Records are applied in log order, one slice after the other, and the whole
+        batch is still flushed once and committed once (`_commit`): nothing is acknowledged before it
+        is durable. A revocation that arrives stops both: the embedding between two calls (Preempted)
+        and the apply before the next record; what was applied is committed, the rest polled again.
+        """
+        slices = [pairs[i : i + EMBED_AHEAD_DOCS] for i in range(0, len(pairs), EMBED_AHEAD_DOCS)]
+        stop = threading.Event()
+
+        def interrupt() -> bool:
+            return stop.is_set() or self.revocations_pending()
+
+        def embed(part: list[tuple[Record, Event | InvalidEvent]], resume: bool) -> dict[str, Vectors]:
+            return self._embed_batch([event for _, event in part], interrupt=interrupt, resume=resume)
+
+        done: list[Record] = []
+        entries: list[AppliedEntry] = []
+        applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
         vectors: dict[str, Vectors] = {}
-        if topic == TOPIC_DOCUMENTS:
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="ragsync-embed-ahead")
+        try:
+            pending: Future[dict[str, Vectors]] | None = ahead.submit(embed, slices[0], False)
+            for i, part in enumerate(slices):
+                assert pending is not None
+                try:
+                    vectors.update(pending.result())
+                except Preempted:
+                    self.preemptions += 1
+                    break
+                pending = ahead.submit(embed, slices[i + 1], True) if i + 1 < len(slices) else None
+                if not self._apply_records(part, vectors, done, entries, applied, yield_to_revocations=True):
+                    break
+        finally:
+            # A store error propagates once the prefix applied before it is acknowledged, as below.
+            stop.set()  # a helper still embedding stops at its next call; the commit does not wait for it
             try:
-                vectors = self._embed_batch(decoded)
-            except Preempted:
-                self.events.rewind(topic, self.group)
+                if done:
+                    self._commit((TOPIC_DOCUMENTS,), done, entries, applied)
+                else:  # gave way before anything was applied: polled again from the committed offset
+                    self.events.rewind(TOPIC_DOCUMENTS, self.group)
+            finally:
+                ahead.shutdown(wait=True)
+        return len(done) if done else None
+
+    def _apply_records(
+        self,
+        pairs: list[tuple[Record, Event | InvalidEvent]],
+        vectors: dict[str, Vectors],
+        done: list[Record],
+        entries: list[AppliedEntry],
+        applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]],
+        *,
+        yield_to_revocations: bool,
+    ) -> bool:
+        """Apply records in order into done/entries/applied, dead-lettering the ones that cannot be; a
+        store error propagates. With `yield_to_revocations`, False as soon as a revocation waits (looked
+        at before every record); True when every record was applied."""
+        for record, event in pairs:
+            if yield_to_revocations and self.revocations_pending():
                 self.preemptions += 1
-                return None
-        pairs = list(zip(records, decoded, strict=True))
-        return self._apply_and_commit((topic,), pairs, vectors, yield_to_revocations=topic == TOPIC_DOCUMENTS)
+                return False
+            reason, result = self._apply_with_retries(record, event, vectors)
+            if reason is not None:
+                self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
+            entries.append(_entry(record, event, result))
+            done.append(record)
+            applied.append((record, event, result))
+        return True
 
     def _apply_and_commit(
         self,
         topics: tuple[str, ...],
         pairs: list[tuple[Record, Event | InvalidEvent]],
         vectors: dict[str, Vectors],
-        *,
-        yield_to_revocations: bool = False,
     ) -> int:
         """Apply records in order, dead-letter the ones that cannot be, then make them durable and
-        commit them in one go; how many were applied. With `yield_to_revocations`, an upsert batch
-        stops as soon as a revocation waits: what was applied is committed, the rest polled again."""
+        commit them in one go; how many were applied. On a store error, what was applied before the
+        failing record (per topic, a prefix of what was polled) is acknowledged, and the error raised."""
         done: list[Record] = []
         entries: list[AppliedEntry] = []
         applied: list[tuple[Record, Event | InvalidEvent, ApplyResult | None]] = []
-        for record, event in pairs:
-            if yield_to_revocations and done and self.revocations_pending():
-                self.preemptions += 1
-                break
-            try:
-                reason, result = self._apply_with_retries(record, event, vectors)
-            except Exception:
-                # Acknowledge what was applied before the failing record (per topic, a prefix of what
-                # was polled); the failing record and the rest stay uncommitted.
-                self._commit(topics, done, entries, applied)
-                raise
-            if reason is not None:
-                self.events.publish_raw(TOPIC_DLQ, record.key, dead_letter_value(record, reason))
-            entries.append(_entry(record, event, result))
-            done.append(record)
-            applied.append((record, event, result))
-        self._commit(topics, done, entries, applied)
+        try:
+            self._apply_records(pairs, vectors, done, entries, applied, yield_to_revocations=False)
+        finally:
+            self._commit(topics, done, entries, applied)
         return len(done)
 
     def _apply_with_retries(
@@ -304,11 +364,16 @@ class EmbeddedWorker:
         if erasures and self.on_erase is not None:
             self.on_erase(erasures)
 
-    def _embed_batch(self, decoded: list[Event | InvalidEvent], *, interruptible: bool = True) -> dict[str, Vectors]:
-        """One embedding pass for the batch's upserts; on a model failure each event embeds its own."""
-        interrupt = self.revocations_pending if interruptible else None
+    def _embed_batch(
+        self,
+        decoded: list[Event | InvalidEvent],
+        *,
+        interrupt: Callable[[], bool] | None = None,
+        resume: bool = False,
+    ) -> dict[str, Vectors]:
+        """One embedding pass for these upserts; on a model failure each event embeds its own."""
         try:
-            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)], interrupt)
+            return self.sink.embed_upserts([e for e in decoded if isinstance(e, Event)], interrupt, resume=resume)
         except Preempted:
             raise
         except Exception:

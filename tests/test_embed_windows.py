@@ -194,3 +194,34 @@ def test_a_failed_run_fails_the_call_and_starts_no_further_runs(tmp_path: Path) 
     with pytest.raises(RuntimeError, match="run 3 failed"):
         model.embed([f"text number {i}" for i in range(50)])
     assert Failing.started < 10
+
+
+class CountingTokenizer:
+    """The embedder's tokenizer, counting the texts it encodes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.encoded: list[str] = []
+
+    def encode_batch(self, texts: list[str]) -> Any:
+        self.encoded.extend(texts)
+        return self.inner.encode_batch(texts)
+
+
+def test_token_counts_then_embed_tokenizes_each_text_once_and_gives_the_same_vectors(embedder: Any) -> None:
+    """The sink counts a batch's tokens to sort it, then embeds it: the ids counted are the ids embedded
+    (kept by `token_counts`, taken once by `embed`), and the vectors are the ones `embed` alone gives."""
+    texts = [_long_text(30, "tail"), "short", "another short one", "short"]
+    alone = embedder.embed(texts)
+    counting = CountingTokenizer(embedder._tokenizer)
+    embedder._tokenizer = counting
+    try:
+        counts = embedder.token_counts(texts)
+        assert counting.encoded == texts
+        again = embedder.embed([texts[2], texts[0], texts[1], texts[3]])
+        assert counting.encoded == [*texts, "short"], "only the repeated text, whose ids were taken, again"
+        assert embedder.embed(["short"]) is not None and counting.encoded[-1] == "short", "taken once, then tokenized"
+    finally:
+        embedder._tokenizer = counting.inner
+    assert np.array_equal(again, alone[[2, 0, 1, 3]]), "bit for bit"
+    assert counts == [sum(len(w) for w in windows) for windows in embedder._pieces(texts)]
