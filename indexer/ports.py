@@ -41,6 +41,15 @@ Removal = Literal["purge", "compaction", "server"]
 "server": the server frees them itself (Redis); there is nothing of ours to run or to record.
 """
 
+Durability = Literal["write", "flush"]
+"""When a store's writes are durable; the ports whose adapters differ declare it as `durability`.
+
+"write": when the call returns (Elasticsearch acknowledges once its translog holds the write, the
+Qdrant server with `wait=True` once its WAL does; `flush` has nothing to do). A worker may then treat
+a revocation or deletion as held by the store as soon as the write returned (IndexSink.apply `served`).
+"flush": only once `flush` returned (the embedded stores' files, synced once per batch).
+"""
+
 PurgeDetails = dict[str, object]
 """What a purge did, as counts and flags (never text). `complete` or `checkpoint_complete` False: it
 could not finish (a reader holding the WAL, a retention lease not yet past), so the purge is retried
@@ -108,6 +117,9 @@ class LexicalIndex(Protocol):
     """
 
     name: str
+
+    durability: Durability
+    """When a write is durable: on return ("write") or once `flush` returned ("flush")."""
 
     def upsert(self, passages: Sequence[Passage]) -> None:
         """Insert or overwrite by passage_id; visible to the next search when this returns."""
@@ -177,6 +189,9 @@ class VectorIndex(Protocol):
     """Same visibility and durability rules as LexicalIndex."""
 
     name: str
+
+    durability: Durability
+    """When a write is durable: on return ("write") or once `flush` returned ("flush")."""
 
     def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
 

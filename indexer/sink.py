@@ -229,8 +229,15 @@ class IndexSink:
         """Forget unflushed states (the batch is abandoned and will be re-applied from the log)."""
         self.docs.discard()
 
-    def apply(self, event: Event, vectors: Vectors | None = None) -> ApplyResult:
-        """Apply one event to every store; `vectors` may carry its passages' embeddings."""
+    def apply(
+        self, event: Event, vectors: Vectors | None = None, served: Callable[[Event], None] | None = None
+    ) -> ApplyResult:
+        """Apply one event to every store; `vectors` may carry its passages' embeddings.
+
+        `served(event)` is called once a revocation or deletion is durable in every store that answers
+        queries and the cache is invalidated, before its bookkeeping (audit record, doc state): only
+        when every store is durable on return (`durability` "write"), else the caller's flush decides.
+        A worker clears the event's deny entry there; the bookkeeping still precedes the ack."""
         received_at = self.clock()
         state = self.docs.get(event.tenant, event.doc_id)
         if is_stale(event, state):
@@ -240,9 +247,9 @@ class IndexSink:
         if isinstance(payload, UpsertPayload):
             result = self._upsert(event, payload, state, vectors)
         elif isinstance(payload, AclPayload):
-            result = self._acl(event, payload, state)
+            result = self._acl(event, payload, state, served if self.durable_on_write() else None)
         else:
-            result = self._delete(event, payload, state, received_at)
+            result = self._delete(event, payload, state, received_at, served if self.durable_on_write() else None)
         result.lag_s = (self.clock() - event.occurred_at).total_seconds()
         return result
 
@@ -321,7 +328,13 @@ class IndexSink:
         self.cache.bump(event.tenant)
         self.docs.put(state.with_grants(after))
 
-    def _acl(self, event: Event, payload: AclPayload, state: DocState | None) -> ApplyResult:
+    def durable_on_write(self) -> bool:
+        """Whether every store answering queries holds a write durably once it returned (ports.Durability)."""
+        return self.lexical.durability == "write" and (self.vector is None or self.vector.durability == "write")
+
+    def _acl(
+        self, event: Event, payload: AclPayload, state: DocState | None, served: Callable[[Event], None] | None
+    ) -> ApplyResult:
         before = state.grants() if state is not None else NONE
         if state is not None and state.deleted:
             before = restart(before)  # the ACL of the document once re-created
@@ -332,6 +345,8 @@ class IndexSink:
             applied_at[store.name] = self.clock()
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
+        if served is not None:
+            served(event)
         new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
         # On a tombstone the document stays deleted: the ACL waits for its re-created content.
         new_state.tombstone_version = tombstone_of(new_state)
@@ -343,7 +358,12 @@ class IndexSink:
         )
 
     def _delete(
-        self, event: Event, payload: DeletePayload, state: DocState | None, received_at: datetime
+        self,
+        event: Event,
+        payload: DeletePayload,
+        state: DocState | None,
+        received_at: datetime,
+        served: Callable[[Event], None] | None,
     ) -> ApplyResult:
         """Every version the deletion deleted leaves every store, their embedding-cache entries go, the
         cache is invalidated, and the audit records when each copy dropped it (IDs and counts only)."""
@@ -390,6 +410,8 @@ class IndexSink:
         removed = len(stored)
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
+        if served is not None:
+            served(event)
         self.audit.append(
             DeletionRecord(
                 event_id=event.event_id,

@@ -60,6 +60,8 @@ class Pending:
     applied_at: dict[str, datetime] = field(default_factory=dict)
     cache_invalidated_at: datetime | None = None
     outcome: str = "applied"
+    cleared: bool = False
+    """The deny entry went already (`served`): confirming it clears nothing more."""
 
 
 class Tracker:
@@ -157,6 +159,18 @@ class Tracker:
         pending.cache_invalidated_at = result.cache_invalidated_at
         pending.outcome = "stale" if result.outcome is Outcome.STALE else "applied"
 
+    def served(self, event: Event) -> None:
+        """Every store answering queries holds the event durably and the cache is invalidated
+        (IndexSink.apply `served`, stores durable on write): its deny entry goes now, before the
+        bookkeeping writes (audit record, doc state) that `confirmed` follows. Only for an event the
+        deny path has seen: otherwise `applied` may still add its entry, and `confirmed` clears it."""
+        with self._lock:
+            pending = self._pending.get(event.event_id)
+            if pending is None or pending.cleared:
+                return
+            pending.cleared = True
+        self._clear(event.tenant, event.doc_id, event.version)
+
     # ---- 3. confirmed ------------------------------------------------------------------------
 
     def confirmed(self, events: Sequence[Event | InvalidEvent]) -> list[PropagationRecord]:
@@ -178,7 +192,8 @@ class Tracker:
                     self._done.popitem(last=False)
             if pending is None:
                 continue
-            self._clear(event.tenant, event.doc_id, event.version)
+            if not pending.cleared:
+                self._clear(event.tenant, event.doc_id, event.version)
             records.append(
                 PropagationRecord(
                     event_id=event.event_id,
