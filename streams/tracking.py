@@ -60,8 +60,9 @@ class Pending:
     applied_at: dict[str, datetime] = field(default_factory=dict)
     cache_invalidated_at: datetime | None = None
     outcome: str = "applied"
-    cleared: bool = False
-    """The deny entry went already (`served`): confirming it clears nothing more."""
+    served_at: datetime | None = None
+    """When `served` cleared the deny entry (the stores held it): confirming it clears nothing more,
+    and its propagation record says it converged then."""
 
 
 class Tracker:
@@ -166,9 +167,9 @@ class Tracker:
         deny path has seen: otherwise `applied` may still add its entry, and `confirmed` clears it."""
         with self._lock:
             pending = self._pending.get(event.event_id)
-            if pending is None or pending.cleared:
+            if pending is None or pending.served_at is not None:
                 return
-            pending.cleared = True
+            pending.served_at = self.clock()
         self._clear(event.tenant, event.doc_id, event.version)
 
     # ---- 3. confirmed ------------------------------------------------------------------------
@@ -192,7 +193,7 @@ class Tracker:
                     self._done.popitem(last=False)
             if pending is None:
                 continue
-            if not pending.cleared:
+            if pending.served_at is None:
                 self._clear(event.tenant, event.doc_id, event.version)
             records.append(
                 PropagationRecord(
@@ -206,7 +207,7 @@ class Tracker:
                     consumed_at=pending.consumed_at,
                     applied_at=dict(pending.applied_at),
                     cache_invalidated_at=pending.cache_invalidated_at,
-                    converged_at=now,
+                    converged_at=pending.served_at or now,
                     outcome=pending.outcome,
                 )
             )

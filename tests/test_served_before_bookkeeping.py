@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,22 @@ from test_indexing import acl, delete, upsert
 from indexer.cache import InProcessCache
 from indexer.deny import SqliteDenySet
 from indexer.ports import DeletionRecord, DocState
+from indexer.propagation import SqlitePropagationLog
 from indexer.sink import IndexSink
 from indexer.sqlite_fts import SqliteLexicalIndex
 from indexer.state import SqliteDeletionAudit, SqliteDocStates
+from schemas._time import utcnow
 from schemas.events import Event
 from streams.appliers import Indexer
 from streams.ports import Record, topic_for
 from streams.tracking import Tracker
 
 DOC = "t:p.md"
+
+
+def ms(at: datetime) -> datetime:
+    """At the millisecond, as propagation records keep their instants."""
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
 
 
 def record(event: Event) -> Record:
@@ -38,9 +46,11 @@ class Seen:
     def __init__(self, deny: SqliteDenySet) -> None:
         self.deny = deny
         self.log: list[tuple[str, bool]] = []
+        self.at: list[datetime] = []
 
     def note(self, what: str) -> None:
         self.log.append((what, bool(self.deny.lookup("acme", [DOC]))))
+        self.at.append(utcnow())
 
 
 class Lexical:
@@ -85,18 +95,22 @@ class Audit:
         return getattr(self.inner, name)
 
 
-def build(tmp_path: Path, durability: str, fail: bool = False) -> tuple[Indexer, Seen, SqliteDenySet, Lexical]:
+def build(
+    tmp_path: Path, durability: str, fail: bool = False
+) -> tuple[Indexer, Seen, SqliteDenySet, Lexical, SqlitePropagationLog]:
     deny = SqliteDenySet(tmp_path / "deny.db")
     seen = Seen(deny)
     lexical = Lexical(SqliteLexicalIndex(tmp_path / "lexical.db"), seen, durability, fail)
     docs = States(SqliteDocStates(tmp_path / "state.db"), seen)
     audit = Audit(SqliteDeletionAudit(tmp_path / "state.db"), seen)
     sink = IndexSink(lexical, None, None, docs, audit, InProcessCache())  # type: ignore[arg-type]
-    indexer = Indexer(sink, tracker=Tracker(deny, None), backoff_s=0.01, max_backoff_s=0.01)
+    propagation = SqlitePropagationLog(tmp_path / "propagation.db")
+    indexer = Indexer(sink, tracker=Tracker(deny, propagation), backoff_s=0.01, max_backoff_s=0.01)
     sink.apply(upsert(1, "# Pay\n\nThe salary bands of the staff."))
     sink.flush()
     seen.log.clear()
-    return indexer, seen, deny, lexical
+    seen.at.clear()
+    return indexer, seen, deny, lexical, propagation
 
 
 async def consume_then_apply(indexer: Indexer, event: Event) -> None:
@@ -106,24 +120,30 @@ async def consume_then_apply(indexer: Indexer, event: Event) -> None:
 
 @pytest.mark.parametrize("event", [acl(2, ("group:hr",)), delete(2)], ids=["revocation", "deletion"])
 def test_stores_durable_on_write_clear_the_entry_before_the_bookkeeping(tmp_path: Path, event: Event) -> None:
-    indexer, seen, deny, _ = build(tmp_path, "write")
+    indexer, seen, deny, _, propagation = build(tmp_path, "write")
     asyncio.run(consume_then_apply(indexer, event))
     store = "set_acl" if event.kind.value == "acl" else "delete_doc"
     bookkeeping = ["state"] if store == "set_acl" else ["audit", "state"]
     assert seen.log == [(store, True)] + [(what, False) for what in bookkeeping]
     assert not deny.lookup("acme", [DOC])
+    (rec,) = propagation.records()
+    assert rec.converged_at is not None and ms(seen.at[0]) <= rec.converged_at <= seen.at[1], (
+        "the record says it converged when the deny entry went, before the bookkeeping"
+    )
 
 
 @pytest.mark.parametrize("event", [acl(2, ("group:hr",)), delete(2)], ids=["revocation", "deletion"])
 def test_stores_durable_on_flush_keep_the_entry_until_confirmed(tmp_path: Path, event: Event) -> None:
-    indexer, seen, deny, _ = build(tmp_path, "flush")
+    indexer, seen, deny, _, propagation = build(tmp_path, "flush")
     asyncio.run(consume_then_apply(indexer, event))
     assert seen.log and all(present for _, present in seen.log), seen.log
     assert not deny.lookup("acme", [DOC])  # cleared once confirmed, after the flush
+    (rec,) = propagation.records()
+    assert rec.converged_at is not None and rec.converged_at >= ms(seen.at[-1])
 
 
 def test_a_store_that_failed_never_clears_the_entry(tmp_path: Path) -> None:
-    indexer, seen, deny, lexical = build(tmp_path, "write", fail=True)
+    indexer, seen, deny, lexical, _ = build(tmp_path, "write", fail=True)
     revocation = acl(2, ("group:hr",))
 
     async def scenario() -> None:
