@@ -59,6 +59,7 @@ from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, s
 from indexer.ports import (
     DEFAULT_FIELD_WEIGHTS,
     DEFAULT_LEXICAL_ANALYZER,
+    Durability,
     FieldWeights,
     Hit,
     LexicalAnalyzer,
@@ -87,6 +88,8 @@ def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
     combines_writes = True  # set_acl, delete_doc (indexer.combine)
+    durability: Durability = "write"
+    """Acknowledged once in the translog, and every revocation or deletion is refreshed before it returns."""
 
     def __init__(
         self,

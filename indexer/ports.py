@@ -41,6 +41,15 @@ Removal = Literal["purge", "compaction", "server"]
 "server": the server frees them itself (Redis); there is nothing of ours to run or to record.
 """
 
+Durability = Literal["write", "flush"]
+"""When a store's writes are durable; the ports whose adapters differ declare it as `durability`.
+
+"write": when the call returns (Elasticsearch acknowledges once its translog holds the write, the
+Qdrant server with `wait=True` once its WAL does; `flush` has nothing to do). A worker may then treat
+a revocation or deletion as held by the store as soon as the write returned (IndexSink.apply `served`).
+"flush": only once `flush` returned (the embedded stores' files, synced once per batch).
+"""
+
 PurgeDetails = dict[str, object]
 """What a purge did, as counts and flags (never text). `complete` or `checkpoint_complete` False: it
 could not finish (a reader holding the WAL, a retention lease not yet past), so the purge is retried
@@ -114,6 +123,8 @@ class LexicalIndex(Protocol):
     the calls queued while one write is in flight go out together in the next. Each call still returns
     only once its own change is visible. Declared by every adapter (the contract holds a combining one
     to two writes for twelve concurrent changes); False: each call writes on its own."""
+    durability: Durability
+    """When a write is durable: on return ("write") or once `flush` returned ("flush")."""
 
     def upsert(self, passages: Sequence[Passage]) -> None:
         """Insert or overwrite by passage_id; visible to the next search when this returns."""
@@ -186,6 +197,8 @@ class VectorIndex(Protocol):
 
     combines_writes: bool
     """As LexicalIndex.combines_writes: concurrent `set_acl` and `delete_doc` calls share requests."""
+    durability: Durability
+    """When a write is durable: on return ("write") or once `flush` returned ("flush")."""
 
     def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
 

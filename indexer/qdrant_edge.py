@@ -44,7 +44,7 @@ from indexer.payload import (
     since_ms,
     stored_passage,
 )
-from indexer.ports import StoredPassage, VectorHit, Vectors
+from indexer.ports import Durability, StoredPassage, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
@@ -125,6 +125,7 @@ REBUILD_TIMEOUT_S = 3600.0
 class EdgeVectorIndex:
     name = "qdrant-edge"
     combines_writes = False
+    durability: Durability = "flush"
 
     def __init__(self, path: Path, dim: int) -> None:
         self._lock = threading.RLock()

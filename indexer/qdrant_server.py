@@ -44,7 +44,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from indexer.combine import Combiner
 from indexer.payload import granted_as_of, iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
-from indexer.ports import StoredPassage, StoreUnavailable, VectorHit, Vectors
+from indexer.ports import Durability, StoredPassage, StoreUnavailable, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
@@ -183,6 +183,8 @@ class QdrantVectorIndex:
         self.collection = collection
         options = client.init_options
         self.local = bool(options.get("path")) or options.get("location") == ":memory:"
+        # The server acknowledges a `wait=True` write once its WAL holds it; local mode makes no such promise.
+        self.durability: Durability = "flush" if self.local else "write"
         self._lock = threading.RLock()
         self._ensure_collection()
         # The ACL changes and deletions of concurrent appliers share one request (indexer.combine).

@@ -19,6 +19,10 @@ from typing import Any
 import numpy as np
 
 from indexer.chunker import CHUNKER_VERSION, IsolatedChunker, Unchunkable
+from indexer.embed_pacing import EMBED_CALL_BUDGET_S as EMBED_CALL_BUDGET_S  # re-export (the workers pace by it)
+from indexer.embed_pacing import EMBED_FIRST_CALL as EMBED_FIRST_CALL  # re-export (tests)
+from indexer.embed_pacing import EMBED_SUB_BATCH, PREPARE_CHECK_EVERY, sub_batch_size
+from indexer.embed_pacing import Preempted as Preempted  # re-export (raised by embed_upserts)
 from indexer.grants import NONE, Grants, overtaken, regrant, restart
 from indexer.payload import point_id
 from indexer.ports import (
@@ -39,39 +43,6 @@ from schemas.passages import Passage
 from schemas.passages import embedding_text as embedding_text  # re-export (schemas.passages)
 
 log = logging.getLogger(__name__)
-
-
-class Preempted(Exception):
-    """embed_upserts stopped between two sub-batches because its `interrupt` asked it to."""
-
-
-EMBED_SUB_BATCH = 32
-"""Texts per embedding call inside a batch at most: the model's own batch size, so splitting costs
-nothing."""
-
-EMBED_CALL_BUDGET_S = 0.2
-"""How long one embedding call of a batch that may give way (`interrupt`) should take: the longest a
-revocation waits for it. 32 texts take about 0.1 s of CPU, but the worker's share of a contended CPU
-is a fraction of that: at a load average of 20 one call of 32 took seconds, and a revocation on the
-embedded profile waited for it (converged 5 s p50, 11 s p99). So the calls shrink to what fits."""
-
-
-EMBED_FIRST_CALL = 8
-"""Texts in the first call of a pass that may give way, whatever pace the last pass showed: that pace
-is from another moment. A batch begun just as four busy processes started made its first call at
-the quiet machine's 32 texts and took 2.7 s, which every revocation published meanwhile waited for."""
-
-
-PREPARE_CHECK_EVERY = 16
-"""Events chunked between two looks at `interrupt` while a batch that may give way is prepared."""
-
-
-def sub_batch_size(texts: int, seconds: float) -> int:
-    """Texts for the next call, given that the last one embedded `texts` in `seconds`: as many as fit
-    EMBED_CALL_BUDGET_S at that pace, between 1 and EMBED_SUB_BATCH. Pure."""
-    if texts <= 0 or seconds <= 0:
-        return EMBED_SUB_BATCH
-    return max(1, min(EMBED_SUB_BATCH, int(EMBED_CALL_BUDGET_S * texts / seconds)))
 
 
 EMBEDDING_CACHE = "embedding-cache"
@@ -233,8 +204,15 @@ class IndexSink:
         """Forget unflushed states (the batch is abandoned and will be re-applied from the log)."""
         self.docs.discard()
 
-    def apply(self, event: Event, vectors: Vectors | None = None) -> ApplyResult:
-        """Apply one event to every store; `vectors` may carry its passages' embeddings."""
+    def apply(
+        self, event: Event, vectors: Vectors | None = None, served: Callable[[Event], None] | None = None
+    ) -> ApplyResult:
+        """Apply one event to every store; `vectors` may carry its passages' embeddings.
+
+        `served(event)` is called once a revocation or deletion is durable in every store that answers
+        queries and the cache is invalidated, before its bookkeeping (audit record, doc state): only
+        when every store is durable on return (`durability` "write"), else the caller's flush decides.
+        A worker clears the event's deny entry there; the bookkeeping still precedes the ack."""
         received_at = self.clock()
         state = self.docs.get(event.tenant, event.doc_id)
         if is_stale(event, state):
@@ -244,9 +222,9 @@ class IndexSink:
         if isinstance(payload, UpsertPayload):
             result = self._upsert(event, payload, state, vectors)
         elif isinstance(payload, AclPayload):
-            result = self._acl(event, payload, state)
+            result = self._acl(event, payload, state, served if self.durable_on_write() else None)
         else:
-            result = self._delete(event, payload, state, received_at)
+            result = self._delete(event, payload, state, received_at, served if self.durable_on_write() else None)
         result.lag_s = (self.clock() - event.occurred_at).total_seconds()
         return result
 
@@ -325,7 +303,13 @@ class IndexSink:
         self.cache.bump(event.tenant)
         self.docs.put(state.with_grants(after))
 
-    def _acl(self, event: Event, payload: AclPayload, state: DocState | None) -> ApplyResult:
+    def durable_on_write(self) -> bool:
+        """Whether every store answering queries holds a write durably once it returned (ports.Durability)."""
+        return self.lexical.durability == "write" and (self.vector is None or self.vector.durability == "write")
+
+    def _acl(
+        self, event: Event, payload: AclPayload, state: DocState | None, served: Callable[[Event], None] | None
+    ) -> ApplyResult:
         before = state.grants() if state is not None else NONE
         if state is not None and state.deleted:
             before = restart(before)  # the ACL of the document once re-created
@@ -336,6 +320,8 @@ class IndexSink:
             applied_at[store.name] = self.clock()
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
+        if served is not None:
+            served(event)
         new_state = state or DocState(tenant=event.tenant, doc_id=event.doc_id, applied_version=0)
         # On a tombstone the document stays deleted: the ACL waits for its re-created content.
         new_state.tombstone_version = tombstone_of(new_state)
@@ -347,7 +333,12 @@ class IndexSink:
         )
 
     def _delete(
-        self, event: Event, payload: DeletePayload, state: DocState | None, received_at: datetime
+        self,
+        event: Event,
+        payload: DeletePayload,
+        state: DocState | None,
+        received_at: datetime,
+        served: Callable[[Event], None] | None,
     ) -> ApplyResult:
         """Every version the deletion deleted leaves every store, their embedding-cache entries go, the
         cache is invalidated, and the audit records when each copy dropped it (IDs and counts only)."""
@@ -394,6 +385,8 @@ class IndexSink:
         removed = len(stored)
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
+        if served is not None:
+            served(event)
         self.audit.append(
             DeletionRecord(
                 event_id=event.event_id,

@@ -36,6 +36,7 @@ from indexer.fts_acl import (
 from indexer.ports import (
     DEFAULT_FIELD_WEIGHTS,
     DEFAULT_LEXICAL_ANALYZER,
+    Durability,
     FieldWeights,
     Hit,
     LexicalAnalyzer,
@@ -81,6 +82,7 @@ class SqliteLexicalIndex(StoreReads):
 
     name = "sqlite-fts5"
     combines_writes = False
+    durability: Durability = "flush"
 
     def __init__(
         self,

@@ -166,7 +166,8 @@ class Indexer:
         self, record: Record, stats: Stats
     ) -> tuple[str | None, ApplyResult | None, Event | InvalidEvent]:
         decoded = try_decode(record)
-        reason, result = apply_record(self.sink, record, stats, self.revocation_bound_s, decoded=decoded)
+        served = self.tracker.served if self.tracker is not None else None
+        reason, result = apply_record(self.sink, record, stats, self.revocation_bound_s, decoded=decoded, served=served)
         self.sink.flush()
         if self.tracker is not None:
             self.tracker.applied(record, decoded, result)

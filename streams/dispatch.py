@@ -9,7 +9,7 @@ offset stays uncommitted until the write is durable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -104,8 +104,10 @@ def apply_record(
     revocation_bound_s: float,
     vectors: Mapping[str, Vectors] | None = None,
     decoded: Event | InvalidEvent | None = None,
+    served: Callable[[Event], None] | None = None,
 ) -> tuple[str | None, ApplyResult | None]:
-    """`handle`, also returning the sink's result (None for a dead letter or a tombstone)."""
+    """`handle`, also returning the sink's result (None for a dead letter or a tombstone); `served`
+    as IndexSink.apply takes it."""
     if is_tombstone(record):
         return None, None
     event = try_decode(record) if decoded is None else decoded
@@ -114,7 +116,7 @@ def apply_record(
         log.warning("dead-lettering %s@%d: %s", record.topic, record.offset, event)
         return str(event), None
     try:
-        result = sink.apply(event, (vectors or {}).get(event.event_id))
+        result = sink.apply(event, (vectors or {}).get(event.event_id), served)
     except Unchunkable as exc:  # the document's content, not a store: retrying cannot help
         stats.dead_lettered += 1
         log.warning("dead-lettering %s@%d: cannot chunk %s: %s", record.topic, record.offset, event.doc_id, exc)

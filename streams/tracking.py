@@ -60,6 +60,9 @@ class Pending:
     applied_at: dict[str, datetime] = field(default_factory=dict)
     cache_invalidated_at: datetime | None = None
     outcome: str = "applied"
+    served_at: datetime | None = None
+    """When `served` cleared the deny entry (the stores held it): confirming it clears nothing more,
+    and its propagation record says it converged then."""
 
 
 class Tracker:
@@ -157,6 +160,18 @@ class Tracker:
         pending.cache_invalidated_at = result.cache_invalidated_at
         pending.outcome = "stale" if result.outcome is Outcome.STALE else "applied"
 
+    def served(self, event: Event) -> None:
+        """Every store answering queries holds the event durably and the cache is invalidated
+        (IndexSink.apply `served`, stores durable on write): its deny entry goes now, before the
+        bookkeeping writes (audit record, doc state) that `confirmed` follows. Only for an event the
+        deny path has seen: otherwise `applied` may still add its entry, and `confirmed` clears it."""
+        with self._lock:
+            pending = self._pending.get(event.event_id)
+            if pending is None or pending.served_at is not None:
+                return
+            pending.served_at = self.clock()
+        self._clear(event.tenant, event.doc_id, event.version)
+
     # ---- 3. confirmed ------------------------------------------------------------------------
 
     def confirmed(self, events: Sequence[Event | InvalidEvent]) -> list[PropagationRecord]:
@@ -178,7 +193,8 @@ class Tracker:
                     self._done.popitem(last=False)
             if pending is None:
                 continue
-            self._clear(event.tenant, event.doc_id, event.version)
+            if pending.served_at is None:
+                self._clear(event.tenant, event.doc_id, event.version)
             records.append(
                 PropagationRecord(
                     event_id=event.event_id,
@@ -191,7 +207,7 @@ class Tracker:
                     consumed_at=pending.consumed_at,
                     applied_at=dict(pending.applied_at),
                     cache_invalidated_at=pending.cache_invalidated_at,
-                    converged_at=now,
+                    converged_at=pending.served_at or now,
                     outcome=pending.outcome,
                 )
             )
