@@ -57,8 +57,9 @@ __all__ = [
 
 # Bump whenever output for the same input may change (v2: boilerplate removal; v3: repeated header
 # rows, inherited definition terms and list indentation bounded, and amplification refused, issue 18;
-# v4: sidebars of prose (DocBook, docutils) kept as passages of their own after the text, issue 23).
-CHUNKER_VERSION = "structure-v4"
+# v4: sidebars of prose (DocBook, docutils) kept as passages of their own after the text, issue 23;
+# v5: a definition term inside a definition or list item starts the piece of its body when cut).
+CHUNKER_VERSION = "structure-v5"
 
 READERS: Mapping[str, Reader] = {
     "markdown": read_markdown,

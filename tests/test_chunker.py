@@ -71,7 +71,7 @@ Write to support.
 
 
 def test_version_is_declared() -> None:
-    assert CHUNKER_VERSION == "structure-v4"
+    assert CHUNKER_VERSION == "structure-v5"
 
 
 def test_markdown_structure() -> None:
@@ -375,3 +375,34 @@ def test_chunk_whole_python_docs_tree(capsys: pytest.CaptureFixture[str]) -> Non
             f"\nchunked {len(files)} pages ({megabytes:.1f} MB) into {total} chunks in {elapsed:.1f}s "
             f"({megabytes / elapsed:.1f} MB/s)"
         )
+
+
+def test_a_definition_term_starts_the_passage_of_its_body_when_a_long_definition_is_cut() -> None:
+    # AsciiDoc's git-reset(1): the modes are a definition list inside the definition of
+    # "git reset [<mode>]"; cut by size, "--hard" ended one passage and its body began the next.
+    body = "Resets the index and the working tree to the named commit, discarding every change."
+    page = f"""<dl><dt>git reset [&lt;mode&gt;]</dt><dd><p>Resets the head. The mode is one of:</p>
+    <dl><dt>--soft</dt><dd><p>Touches neither the index nor the working tree, only the head.</p></dd>
+    <dt>--mixed</dt><dd><p>Resets the index but not the working tree at all.</p></dd>
+    <dt>--hard</dt><dd><p>{body}</p></dd>
+    <dt>--merge</dt><dt>-m</dt><dd><p>Keeps what differs between the index and the working tree.</p></dd>
+    </dl></dd></dl>"""
+    chunks = chunk_document(page, "html", max_chars=240)
+    assert_well_formed(chunks, 240)
+    for term, first_line in (
+        ("--hard", body),
+        ("--soft", "Touches neither"),
+        ("--mixed", "Resets the index but not"),
+        ("-m", "Keeps what differs"),
+    ):
+        (holder,) = [c for c in chunks if first_line in c.text]
+        lines = holder.text.split("\n")
+        at = next(i for i, line in enumerate(lines) if line.startswith(first_line))
+        assert lines[at - 1] == term, (term, holder.text)
+        assert lines[0] == "git reset [<mode>]", "the enclosing term is still repeated on each piece"
+    ends = [c.text.split("\n")[-1] for c in chunks]
+    assert not {"--soft", "--mixed", "--hard", "--merge", "-m"} & set(ends), ends
+    # the whole definition fits at the default size: one passage, exactly as before
+    (whole,) = chunk_document(page, "html")
+    assert whole.text.split("\n")[:4] == ["git reset [<mode>]", "Resets the head. The mode is one of:", "--soft",
+                                          "Touches neither the index nor the working tree, only the head."]

@@ -82,6 +82,7 @@ class _Open:
     row: bool = False
     cell: bool = False
     term: bool = False
+    glue: bool = False  # a definition term absorbed as a line of the enclosing unit: heads its body
     thead: bool = False
 
 
@@ -350,7 +351,7 @@ class _HtmlReader(HTMLParser):
             )
             if not own_unit:
                 self._break()
-                el.part_break = True
+                el.part_break = el.glue = True
                 ctx.last = "absorbed"
                 return
             if ctx.current is None or ctx.last != "dt":
@@ -405,6 +406,12 @@ class _HtmlReader(HTMLParser):
         if el.pre and self._units:
             self._units[-1].flush()
             self._units[-1].code = False
+        if el.glue and self._units:
+            ou = self._units[-1]
+            before = len(ou.unit.parts)
+            ou.flush()
+            if len(ou.unit.parts) > before:
+                ou.unit.glued.add(len(ou.unit.parts) - 1)
         if el.unit:
             self._units.pop().flush()
         if el.part_break or el.list_ or el.dl:

@@ -44,9 +44,9 @@ def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Pi
     pieces: list[Piece] = []
     total = 0
     for unit in units:
-        parts = [(t, code) for t, code in unit.parts if t.strip()]
+        parts = [(t, code, i in unit.glued) for i, (t, code) in enumerate(unit.parts) if t.strip()]
         prefix = "\n".join(p for p in unit.prefix if p)
-        body = "\n".join(t for t, _ in parts)
+        body = "\n".join(t for t, _, _ in parts)
         whole = f"{prefix}\n{body}" if prefix and body else prefix or body
         if len(whole) <= max_chars:
             texts = [whole]
@@ -54,9 +54,9 @@ def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Pi
             if prefix and len(prefix) <= max_chars // 3:
                 budget = max_chars - len(prefix) - 1
             else:
-                parts = [(p, False) for p in unit.prefix if p] + parts
+                parts = [(p, False, False) for p in unit.prefix if p] + parts
                 prefix, budget = "", max_chars
-            packed = pack([s for t, code in parts for s in split_part(t, code, budget)], "\n", budget)
+            packed = pack(_segments(parts, budget), "\n", budget)
             texts = [f"{prefix}\n{p}" if prefix else p for p in packed]
         for text in texts:
             if text.strip():
@@ -66,6 +66,27 @@ def size(units: list[Unit], max_chars: int, limit: int | None = None) -> list[Pi
         if limit is not None and total > limit:
             raise too_amplified(limit)
     return pieces
+
+
+def _segments(parts: list[tuple[str, bool, bool]], budget: int) -> list[str]:
+    """The parts cut to fit `budget`; a glued part (a definition's term) is joined to the first
+    segment after it, so a cut never leaves a term at the end of one piece and its body in the next."""
+    out: list[str] = []
+    carry = ""
+    for text, code, glued in parts:
+        segs = split_part(text, code, budget)
+        if carry:
+            if len(carry) + 1 + len(segs[0]) <= budget:
+                segs[0] = f"{carry}\n{segs[0]}"
+            else:
+                out.append(carry)
+            carry = ""
+        if glued:
+            carry = segs.pop()
+        out.extend(segs)
+    if carry:
+        out.append(carry)
+    return out
 
 
 def merge(pieces: list[Piece], max_chars: int) -> list[Piece]:

@@ -96,6 +96,9 @@ class Unit:
     parts: list[tuple[str, bool]] = field(default_factory=list)  # (text, is_code)
     locus: Locus | None = None
     aside: bool = False  # in a box set beside the text (a sidebar): sized and anchored after the text
+    glued: set[int] = field(default_factory=set)
+    """Indexes into `parts` of lines that head what follows (a definition term inside a list item or
+    another definition): when the unit is cut, each starts the piece of the part after it."""
 
 
 @dataclass(slots=True)
