@@ -56,6 +56,7 @@ GRID: dict[str, Sequence[Any]] = {
     "sentence_weight": (0.0, 1.0),
     "passage_meaning": (0.0, 0.3, 0.6),
     "fusion_weight": (0.5, 1.0),
+    "subquery_weight": (0.0, 0.5, 1.0),
 }
 EXTRA = (Method(rrf_k=10), Method(rerank_depth=0), Method(rerank_depth=20))
 """Single changes beside the grid: a smaller RRF k, no reranker, a shallower reranker."""
@@ -67,6 +68,7 @@ LEVERS: dict[str, tuple[str, Any]] = {
     "dense floor": ("dense_floor", 0.30),
     "passage cosine in the reranker": ("passage_meaning", 0.0),
     "reranker blend weight": ("fusion_weight", 0.5),
+    "each sentence of the question searched (fourth RRF list)": ("subquery_weight", 0.0),
 }
 """Each lever's neutral value: the sub-grid without the lever holds it there."""
 
@@ -153,6 +155,30 @@ def levers(figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], me
             },
         }
     return out
+
+
+def buildable(figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], methods: Sequence[Method]) -> Any:
+    """The protocol over the methods the live Retriever builds today (no sentence max-sim list: the
+    stores hold no sentence vectors yet), with and without the question's sentences searched one by one."""
+    live = [m for m in methods if m.sentence_weight == 0]
+    with_sub = protocol(figs, sets, live)
+    without = protocol(figs, sets, [m for m in live if m.subquery_weight == 0])
+
+    def brief(p: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "tuned_on_all": p["tuned_on_all"],
+            "mean_held_out": p["mean_held_out"],
+            "sets": {
+                s: {
+                    "method": v["held_out_method"],
+                    "fused": v["held_out"]["fused_recall@10"],
+                    "hard": v["held_out"]["paraphrase_situation_recall@10"],
+                }
+                for s, v in p["sets"].items()
+            },
+        }
+
+    return {"with_subquery": brief(with_sub), "without_subquery": brief(without)}
 
 
 def answer_rows(name: str, variant: str, homes: Path | None) -> list[Any]:
@@ -310,6 +336,7 @@ def main() -> None:
         "replay_checks": checks,
         "ranking": protocol(figs, args.sets, methods),
         "levers": levers(figs, args.sets, methods),
+        "buildable": buildable(figs, args.sets, methods),
     }
     if not args.no_answers:
         report["answers"] = answers(args.variant, args.sets, args.homes)

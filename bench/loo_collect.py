@@ -134,7 +134,8 @@ def _question(
         readable[key] = retriever.lexical.passages(access, ids)
     qvec = np.asarray(embedder.embed_query(q.question), dtype=np.float32)
     pool: dict[str, Passage] = {p.passage_id: p for p in readable[key]}
-    for h in (*lexical, *dense):
+    sub_hits = _subquery_hits(q.question, access, retriever, candidates)
+    for h in (*lexical, *dense, *sub_hits):
         pool.setdefault(h.passage.passage_id, h.passage)
     feats: dict[str, Candidate] = {}
     best: list[tuple[str, float]] = []
@@ -145,7 +146,7 @@ def _question(
         feats[pid] = Candidate(pid, spans, sims[:-1], units, bag, sims[-1])
         best.append((pid, max(sims[:-1])))
     best.sort(key=lambda t: (-t[1], t[0]))
-    keep = {h.passage.passage_id for h in (*lexical, *dense)} | {pid for pid, _ in best[:candidates]}
+    keep = {h.passage.passage_id for h in (*lexical, *dense, *sub_hits)} | {pid for pid, _ in best[:candidates]}
     feats = {pid: c for pid, c in feats.items() if pid in keep}
     return QuestionFeatures(
         set=name,
@@ -157,7 +158,23 @@ def _question(
         dense=_pairs(dense),
         sentence=best[:candidates],
         candidates=feats,
+        subquery=_best_per_passage(sub_hits)[:candidates],
     )
+
+
+def _subquery_hits(question: str, access: AccessFilter, retriever: Retriever, candidates: int) -> list[Hit]:
+    """Dense hits of each sentence of a question of two or more sentences (none for one sentence)."""
+    own = [s for s in sentences(question) if content_terms(s)]
+    if len(own) < 2:
+        return []
+    return [h for s in own for h in retriever.dense_hits(s, access, candidates, floor=-1.0)]
+
+
+def _best_per_passage(hits: list[Hit]) -> list[tuple[str, float]]:
+    best: dict[str, float] = {}
+    for h in hits:
+        best[h.passage.passage_id] = max(best.get(h.passage.passage_id, -1.0), float(h.score))
+    return sorted(best.items(), key=lambda t: (-t[1], t[0]))
 
 
 def _pairs(hits: list[Hit]) -> list[tuple[str, float]]:

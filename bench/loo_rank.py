@@ -42,6 +42,9 @@ class Method:
     sentence_coverage: float = 0.5
     passage_coverage: float = 0.2
     rerank_depth: int = 50
+    subquery_weight: float = 0.0
+    """Weight in RRF of the question's sentences searched one by one (a question of two or more
+    sentences: passages ordered by their best cosine to any of them, floored as dense; 0: not used)."""
 
     def label(self) -> str:
         d = Method()
@@ -72,6 +75,8 @@ class QuestionFeatures:
     dense: list[tuple[str, float]]
     sentence: list[tuple[str, float]]
     candidates: dict[str, Candidate] = field(default_factory=dict)
+    subquery: list[tuple[str, float]] = field(default_factory=list)
+    """Passages by their best dense cosine to any one sentence of a question of several (else empty)."""
 
 
 def lists(q: QuestionFeatures, m: Method) -> tuple[list[str], list[str], list[str]]:
@@ -104,7 +109,8 @@ def ordered(q: QuestionFeatures, m: Method, scores: Callable[[Sequence[str]], li
     """RRF of the method's lists, then its reranker's `scores` blended over the head: the one order both
     the plain replay and the compiled one use (they differ only in how a head is scored)."""
     lexical, dense, sentence = lists(q, m)
-    named = [(lexical, m.bm25_weight), (dense, 1.0), (sentence, m.sentence_weight)]
+    subquery = [pid for pid, s in getattr(q, "subquery", []) if s >= m.dense_floor] if m.subquery_weight > 0 else []
+    named = [(lexical, m.bm25_weight), (dense, 1.0), (sentence, m.sentence_weight), (subquery, m.subquery_weight)]
     used = [(ids, w) for ids, w in named if w > 0]
     fused = fuse([ids for ids, _ in used], k=m.rrf_k, weights=[w for _, w in used])
     if m.rerank_depth <= 0 or len(fused) <= 1:

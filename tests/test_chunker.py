@@ -404,5 +404,9 @@ def test_a_definition_term_starts_the_passage_of_its_body_when_a_long_definition
     assert not {"--soft", "--mixed", "--hard", "--merge", "-m"} & set(ends), ends
     # the whole definition fits at the default size: one passage, exactly as before
     (whole,) = chunk_document(page, "html")
-    assert whole.text.split("\n")[:4] == ["git reset [<mode>]", "Resets the head. The mode is one of:", "--soft",
-                                          "Touches neither the index nor the working tree, only the head."]
+    assert whole.text.split("\n")[:4] == [
+        "git reset [<mode>]",
+        "Resets the head. The mode is one of:",
+        "--soft",
+        "Touches neither the index nor the working tree, only the head.",
+    ]

@@ -44,10 +44,20 @@ def questions(draw: st.DrawFn) -> QuestionFeatures:
     lex = draw(st.permutations(pids))[: draw(st.integers(0, n))]
     dense = draw(st.permutations(pids))[: draw(st.integers(0, n))]
     sent = draw(st.permutations(pids))[: draw(st.integers(0, n))]
+    sub = draw(st.permutations(pids))[: draw(st.integers(0, n))]
     scored = lambda ids, top: [(pid, top - i * 0.05) for i, pid in enumerate(ids)]  # noqa: E731
     terms = sorted(set(draw(st.lists(st.sampled_from(TERMS), min_size=0, max_size=4))))
     return QuestionFeatures(
-        "s", "q", "paraphrase", 1, terms, scored(lex, 9.0), scored(dense, 0.7), scored(sent, 0.8), cands
+        "s",
+        "q",
+        "paraphrase",
+        1,
+        terms,
+        scored(lex, 9.0),
+        scored(dense, 0.7),
+        scored(sent, 0.8),
+        cands,
+        scored(sub, 0.6),
     )
 
 
@@ -58,6 +68,7 @@ methods = st.builds(
     rrf_k=st.sampled_from([10, 60]),
     bm25_weight=st.sampled_from([0.5, 1.0]),
     sentence_weight=st.sampled_from([0.0, 1.0]),
+    subquery_weight=st.sampled_from([0.0, 0.5, 1.0]),
     passage_meaning=st.sampled_from([0.0, 0.3]),
     fusion_weight=st.sampled_from([0.25, 0.5]),
     rerank_depth=st.sampled_from([0, 3, 50]),
@@ -68,6 +79,21 @@ methods = st.builds(
 @given(questions(), methods)
 def test_the_numpy_replay_orders_as_the_plain_replay(q: QuestionFeatures, m: Method) -> None:
     assert fast_rank(compile_question(q), m) == rank(q, m)
+
+
+def test_the_sentences_searched_one_by_one_are_a_list_of_their_own_only_when_weighted() -> None:
+    cands = {
+        pid: Candidate(pid, (0,) if pid == "gold" else (), [0.1], [frozenset()], frozenset(), 0.1)
+        for pid in ("a", "b", "gold")
+    }
+    q = QuestionFeatures(
+        "s", "q", "situation", 1, [], [("a", 5.0)], [("b", 0.5)], [], cands, [("gold", 0.45), ("b", 0.4)]
+    )
+    plain = Method(rerank_depth=0)
+    assert "gold" not in rank(q, plain)
+    assert rank(q, Method(rerank_depth=0, subquery_weight=1.0))[0] in {"b", "gold"}
+    assert "gold" in rank(q, Method(rerank_depth=0, subquery_weight=1.0))
+    assert "gold" not in rank(q, Method(rerank_depth=0, subquery_weight=1.0, dense_floor=0.5)), "floored as dense"
 
 
 def _fig(fused: float) -> Figures:
