@@ -31,11 +31,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", default="python-manual")
     parser.add_argument("--asks", type=int, default=200)
-    args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
-    from eval_homes import set_paths
+    from eval_homes import add_homes_option, embed_model_path, set_paths
 
-    base, source = set_paths(args.set, "ci", None)
+    add_homes_option(parser)
+    args = parser.parse_args()
+    base, source = set_paths(args.set, "ci", args.homes)
     rows = [json.loads(x) for x in (base / "questions.jsonl").read_text().splitlines() if x.strip() and x[0] != "#"]
     with tempfile.TemporaryDirectory(prefix="ragsync-bench-stages-") as tmp:
         home = Path(tmp) / "home"
@@ -97,6 +98,8 @@ def main() -> None:
     result = {
         "set": f"{args.set} (ci)",
         "asks": args.asks,
+        "home": str(source),
+        "embed_model_path": str(embed_model_path()),
         "searches_per_ask": round(searches / args.asks, 2),
         "cpu_ms_per_ask": round(1000 * total / args.asks, 2),
         "stages_cpu_ms_per_ask": stages,

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from eval_homes import embed_model_path, set_paths  # noqa: E402
+from eval_homes import add_homes_option, embed_model_path, set_paths  # noqa: E402
 from load_profile import cpu_seconds, spy_for, summarise_profile  # noqa: E402
 from serving import start_serve, stop  # noqa: E402
 
@@ -241,7 +241,7 @@ def warm_pass(api: str, asks: list[tuple[str, str]]) -> dict[str, Any]:
 
 def prepare(args: argparse.Namespace, tmp: Path, tag: str) -> tuple[dict[str, str], Path, list[Any]]:
     """The home to serve and the processes to stop afterwards."""
-    base, eval_home = set_paths(args.set, args.variant, None)
+    base, eval_home = set_paths(args.set, args.variant, args.homes)
     home = tmp / "home"
     env = environment(args.profile, home, tag, args.tree.resolve(), tuple(args.setting))
     procs: list[Any] = []
@@ -277,6 +277,7 @@ def main() -> None:
     parser.add_argument("--py-spy", type=float, default=0.0, help="seconds of py-spy sampling mid-run (0: none)")
     parser.add_argument("--label", default="after", help="where in the results this run goes (before, after)")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    add_homes_option(parser)
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="the source tree the serve runs (default this one; e.g. main's)"
     )
@@ -385,6 +386,8 @@ def measure(
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "tree": str(args.tree.resolve()),
         "settings": list(args.setting),
+        "embed_model_path": str(embed_model_path()),
+        "home": str(set_paths(args.set, args.variant, args.homes)[1]),
         "command": "python3 " + " ".join(sys.argv),
     }
 
