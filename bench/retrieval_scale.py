@@ -185,9 +185,18 @@ def load_embedded(
             stores["fts5"]._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
         t["fts_optimize_s"] = time.perf_counter() - began
     if vector is not None:
+        import indexer.qdrant_edge as edge
+
+        edge.REBUILD_TIMEOUT_S = 4 * 3600.0  # a million vectors may take longer than the worker's hour
         began = time.perf_counter()
-        vector.optimize()
+        t["hnsw_built"] = vector.optimize()  # False: the child failed or timed out, queries would full-scan
         t["hnsw_optimize_s"] = time.perf_counter() - began
+        t |= {f"hnsw_{k}": v for k, v in (getattr(vector, "last_rebuild", None) or {}).items()}
+        info = vector._shard.info()
+        t["vector_segments"] = int(info.segments_count)
+        t["vector_indexed_points"] = int(getattr(info, "indexed_vectors_count", 0) or 0)
+        if not t["hnsw_built"]:
+            print("  HNSW was NOT built (rebuild failed or unchanged): dense rows measure a full scan", file=sys.stderr)
     for engine in engines:
         t[f"lexical_{engine}_db_mb"] = (home / f"lexical-{engine}.db").stat().st_size / 2**20
     if "tantivy" in stores:
@@ -240,6 +249,50 @@ def load_cluster(
             time.sleep(2)
         t["qdrant_optimize_s"] = time.perf_counter() - began
     return lexical, vector, t
+
+
+def dense_recall(profile: str, vector: Any, w: Workload, limit: int, ks: tuple[int, ...] = (1, 8, 50)) -> dict[str, Any]:
+    """Recall of the dense ranker's HNSW search against exact search (a full scan, same filter, same
+    queries): mean |approx top-k ∩ exact top-k| / |exact top-k| per filter. Not timed; outside the lock."""
+    from indexer import qdrant_edge, qdrant_server
+
+    as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
+    out: dict[str, Any] = {}
+    for label, group in FILTERS:
+        access = AccessFilter.for_principal(Principal(tenant=TENANT, user="bench", groups=(group,)), as_of)
+        sums = dict.fromkeys(ks, 0.0)
+        for i in range(len(w.texts)):
+            approx = [h.passage_id for h in vector.search(w.qvecs[i], access, limit, -1.0)]
+            if profile == "embedded":
+                import qdrant_edge as q
+
+                request = q.QueryRequest(
+                    limit=limit,
+                    query=q.Query.Nearest(np.asarray(w.qvecs[i], dtype=np.float64).tolist()),
+                    filter=qdrant_edge.access_filter(access),
+                    with_payload=True,
+                    with_vector=False,
+                    params=q.SearchParams(exact=True),
+                )
+                exact = [str((p.payload or {})["passage_id"]) for p in vector._shard.query(request)]
+            else:
+                from qdrant_client import models
+
+                res = vector._client.query_points(
+                    vector.collection,
+                    query=np.asarray(w.qvecs[i], dtype=np.float32).tolist(),
+                    query_filter=qdrant_server.access_filter(access),
+                    limit=limit,
+                    with_payload=["passage_id"],
+                    search_params=models.SearchParams(exact=True),
+                )
+                exact = [str((p.payload or {})["passage_id"]) for p in res.points]
+            for k in ks:
+                want = set(exact[:k])
+                sums[k] += len(want & set(approx[:k])) / len(want) if want else 1.0
+        out[label] = {f"recall@{k}": round(v / len(w.texts), 4) for k, v in sums.items()}
+        print(f"  dense recall vs exact, {label}: {out[label]}", file=sys.stderr)
+    return out
 
 
 def purge_cost(lexical: Any) -> float:
@@ -388,6 +441,7 @@ def main() -> None:
     parser.add_argument("--load-nice", type=int, default=0, help="niceness of the load (the timed part runs at 0)")
     parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--no-recall", action="store_true", help="skip the dense recall check against exact search")
     parser.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
     parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
     args = parser.parse_args()
@@ -429,6 +483,11 @@ def main() -> None:
                             args.profile, n, lexical, vector, q.workload(n), rankers, args.queries, extra
                         )
                     timed_loads.append(timed)
+                if vector is not None and not args.no_recall:  # after the timed part, not timed
+                    recall = dense_recall(args.profile, vector, q.workload(n), 50)
+                    for row in rows:
+                        if row["passages"] == n and row["ranker"] in ("dense", "fused"):
+                            row["dense_recall_vs_exact"] = recall[row["filter"]]
                 if "tantivy" in stores:  # after the timed part: what a deletion's purge costs at this size
                     purge_s = purge_cost(stores["tantivy"])
                     for row in rows:
