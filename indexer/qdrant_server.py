@@ -92,6 +92,12 @@ def version_problem(url: str, client: str, server: str) -> str | None:
     )
 
 
+UPSERT_CHUNK = 1000
+"""Points per upsert request. The server refuses a JSON body over 32 MB, and a point of 384 floats and
+its payload is about 8 KB as JSON, so one request for a document of ~4,000 passages or more was
+refused (HTTP 400) and the document could never be indexed on the cluster profile."""
+
+
 def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
     """A client for the server at `url`, checked reachable and version-compatible first."""
     qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
@@ -244,7 +250,8 @@ class QdrantVectorIndex:
             for p, v in zip(passages, vectors, strict=True)
         ]
         with self._guard():
-            self._client.upsert(self.collection, points=points, wait=True)
+            for start in range(0, len(points), UPSERT_CHUNK):
+                self._client.upsert(self.collection, points=points[start : start + UPSERT_CHUNK], wait=True)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids:
