@@ -92,10 +92,11 @@ def version_problem(url: str, client: str, server: str) -> str | None:
     )
 
 
-UPSERT_CHUNK = 1000
-"""Points per upsert request. The server refuses a JSON body over 32 MB, and a point of 384 floats and
-its payload is about 8 KB as JSON, so one request for a document of ~4,000 passages or more was
-refused (HTTP 400) and the document could never be indexed on the cluster profile."""
+UPSERT_FLOATS = 400_000
+"""Vector components per upsert request (1,041 points of 384). The server refuses a JSON body over
+32 MB and a component takes up to ~20 bytes as JSON (a point of 384 with its payload: ~8 KB), so one
+request for a document of ~4,000 passages or more was refused (HTTP 400) and the document could never
+be indexed on the cluster profile; a request now stays near 8 MB whatever the dimension."""
 
 
 def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
@@ -250,8 +251,9 @@ class QdrantVectorIndex:
             for p, v in zip(passages, vectors, strict=True)
         ]
         with self._guard():
-            for start in range(0, len(points), UPSERT_CHUNK):
-                self._client.upsert(self.collection, points=points[start : start + UPSERT_CHUNK], wait=True)
+            chunk = max(1, UPSERT_FLOATS // self.dim)
+            for start in range(0, len(points), chunk):
+                self._client.upsert(self.collection, points=points[start : start + chunk], wait=True)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids:
