@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -244,16 +245,17 @@ class QdrantVectorIndex:
             return
         if len(passages) != len(vectors):
             raise ValueError("one vector per passage")
-        points = [
-            models.PointStruct(
-                id=point_id(p.tenant, p.passage_id), vector=[float(x) for x in v], payload=passage_to_point(p)
-            )
-            for p, v in zip(passages, vectors, strict=True)
-        ]
+        # One Batch (columns of ids, vectors, payloads) rather than a PointStruct per point: the client
+        # inspects and serialises each model field by field, 3-4x the CPU for the same request body.
+        ids: list[models.ExtendedPointId] = [point_id(p.tenant, p.passage_id) for p in passages]
+        rows = np.asarray(vectors, dtype=np.float32).reshape(len(passages), -1).tolist()
+        payloads = [passage_to_point(p) for p in passages]
         with self._guard():
             chunk = max(1, UPSERT_FLOATS // self.dim)
-            for start in range(0, len(points), chunk):
-                self._client.upsert(self.collection, points=points[start : start + chunk], wait=True)
+            for start in range(0, len(ids), chunk):
+                end = start + chunk
+                batch = models.Batch(ids=ids[start:end], vectors=rows[start:end], payloads=payloads[start:end])
+                self._client.upsert(self.collection, points=batch, wait=True)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids:
