@@ -208,6 +208,55 @@ def load_embedded(
     return stores, vector, t
 
 
+def reopen_embedded(
+    home: Path, n: int, q: Queries, rng: np.random.Generator, dense: bool, engines: list[str], hnsw: tuple[int, int]
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """`--reuse`: the stores an earlier run loaded into `home` (same size and seed), reopened. The batches
+    are generated again only to draw the same queries (nothing is written), and HNSW is built here, in
+    this process, with m and ef_construct = `hnsw` (0, 0: the shard's defaults, 16 and 100)."""
+    import qdrant_edge as qe
+
+    from indexer.qdrant_edge import VACUUM, EdgeVectorIndex
+    from indexer.sqlite_fts import SqliteLexicalIndex
+    from indexer.tantivy_lexical import TantivyLexicalIndex
+
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+    kinds = {"fts5": SqliteLexicalIndex, "tantivy": TantivyLexicalIndex}
+    stores: dict[str, Any] = {e: kinds[e](home / f"lexical-{e}.db") for e in engines}
+    t: dict[str, Any] = {"reused_home": str(home)}
+    for e, lexical in stores.items():
+        t[f"lexical_{e}_passages"] = held = lexical.count(TENANT)  # an earlier run's purge deleted doc0's 20
+        if held not in (n, n - 20):
+            raise RuntimeError(f"{home}: the {e} store holds {held} passages, not {n}")
+    vector = None
+    if dense:
+        path = home / "vectors"
+        import shutil
+
+        shutil.rmtree(path.with_name("vectors.rebuild"), ignore_errors=True)  # a killed run's half-built copy
+        m, ef = hnsw
+        config = qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine),
+            optimizers=VACUUM,
+            hnsw_config=qe.HnswIndexConfig(m=m, ef_construct=ef, full_scan_threshold=10_000) if m else None,
+        )
+        shard = qe.EdgeShard.load(str(path), config)
+        began, cpu = time.perf_counter(), time.process_time()
+        t["hnsw_built"] = bool(shard.optimize())
+        shard.flush()
+        t["hnsw_optimize_s"] = time.perf_counter() - began
+        t["hnsw_optimize_cpu_s"] = time.process_time() - cpu
+        t["hnsw_m"], t["hnsw_ef_construct"] = (m, ef) if m else (16, 100)
+        shard.close()
+        vector = EdgeVectorIndex(path, DIM)
+        info = vector._shard.info()
+        t["vector_segments"] = int(info.segments_count)
+        t["vector_points"] = int(info.points_count)
+        t["vector_indexed_points"] = int(getattr(info, "indexed_vectors_count", 0) or 0)
+    return stores, vector, t
+
+
 def load_cluster(
     args: argparse.Namespace, n: int, q: Queries, rng: np.random.Generator, dense: bool, prefix: str
 ) -> tuple[Any, Any, dict[str, Any]]:
@@ -463,6 +512,13 @@ def main() -> None:
     parser.add_argument("--load-nice", type=int, default=0, help="niceness of the load (the timed part runs at 0)")
     parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--home", type=Path, help="embedded: load into this directory and keep it (default: a temp dir)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="embedded: reopen the stores an earlier run loaded into --home, build HNSW"
+    )
+    parser.add_argument(
+        "--hnsw", type=int, nargs=2, default=(0, 0), metavar=("M", "EF"), help="with --reuse: HNSW m, ef_construct"
+    )
     parser.add_argument(
         "--index-during-load",
         dest="index_after_load",
@@ -473,6 +529,8 @@ def main() -> None:
     parser.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
     parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
     args = parser.parse_args()
+    if args.reuse and (args.home is None or len(args.sizes) != 1 or args.profile != "embedded"):
+        parser.error("--reuse needs --home and one size, embedded")
     dense = any(r in ("dense", "fused") for r in args.rankers)
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
         parser.error("bm25-exists is the embedded store's former query")
@@ -485,14 +543,23 @@ def main() -> None:
         rng = np.random.default_rng(args.seed)
         q = Queries(n, args.queries, rng)
         prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
-        with tempfile.TemporaryDirectory(prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")) as tmp:
-            if args.profile == "embedded":
+        kept = contextlib.nullcontext(str(args.home)) if args.home else None
+        with kept or tempfile.TemporaryDirectory(
+            prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")
+        ) as tmp:
+            if args.profile == "embedded" and args.reuse:
+                stores, vector, t = reopen_embedded(Path(tmp), n, q, rng, dense, args.engines, tuple(args.hnsw))
+            elif args.profile == "embedded":
+                Path(tmp).mkdir(parents=True, exist_ok=True)
                 stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
             else:
                 lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
-            print(f"{args.profile} {n}: {json.dumps({k: round(v, 1) for k, v in t.items()})}", file=sys.stderr)
+            print(
+                f"{args.profile} {n}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()})}",
+                file=sys.stderr,
+            )
             try:
                 with _locked(args.lock, args.load_nice) as timed:
                     for i, (engine, lexical) in enumerate(stores.items()):
