@@ -318,11 +318,16 @@ def load_cluster(
         t["qdrant_segments"] = int(info.segments_count or 0)
         t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
         if info.status != "green":
-            print(f"  Qdrant not green after the wait ({info.status}): dense rows are not of a built index", file=sys.stderr)
+            print(
+                f"  Qdrant not green after the wait ({info.status}): dense rows are not of a built index",
+                file=sys.stderr,
+            )
     return lexical, vector, t
 
 
-def dense_recall(profile: str, vector: Any, w: Workload, limit: int, ks: tuple[int, ...] = (1, 8, 50)) -> dict[str, Any]:
+def dense_recall(
+    profile: str, vector: Any, w: Workload, limit: int, ks: tuple[int, ...] = (1, 8, 50)
+) -> dict[str, Any]:
     """Recall of the dense ranker's HNSW search against exact search (a full scan, same filter, same
     queries): mean |approx top-k ∩ exact top-k| / |exact top-k| per filter. Not timed; outside the lock."""
     from indexer import qdrant_edge, qdrant_server
@@ -512,7 +517,9 @@ def main() -> None:
     parser.add_argument("--load-nice", type=int, default=0, help="niceness of the load (the timed part runs at 0)")
     parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--home", type=Path, help="embedded: load into this directory and keep it (default: a temp dir)")
+    parser.add_argument(
+        "--home", type=Path, help="embedded: load into this directory and keep it (default: a temp dir)"
+    )
     parser.add_argument(
         "--reuse", action="store_true", help="embedded: reopen the stores an earlier run loaded into --home, build HNSW"
     )
@@ -556,10 +563,8 @@ def main() -> None:
                 lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
-            print(
-                f"{args.profile} {n}: {json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()})}",
-                file=sys.stderr,
-            )
+            shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
+            print(f"{args.profile} {n}: {json.dumps(shown)}", file=sys.stderr)
             try:
                 with _locked(args.lock, args.load_nice) as timed:
                     for i, (engine, lexical) in enumerate(stores.items()):
