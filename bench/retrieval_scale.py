@@ -185,9 +185,18 @@ def load_embedded(
             stores["fts5"]._conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
         t["fts_optimize_s"] = time.perf_counter() - began
     if vector is not None:
+        import indexer.qdrant_edge as edge
+
+        edge.REBUILD_TIMEOUT_S = 4 * 3600.0  # a million vectors may take longer than the worker's hour
         began = time.perf_counter()
-        vector.optimize()
+        t["hnsw_built"] = vector.optimize()  # False: the child failed or timed out, queries would full-scan
         t["hnsw_optimize_s"] = time.perf_counter() - began
+        t |= {f"hnsw_{k}": v for k, v in (getattr(vector, "last_rebuild", None) or {}).items()}
+        info = vector._shard.info()
+        t["vector_segments"] = int(info.segments_count)
+        t["vector_indexed_points"] = int(getattr(info, "indexed_vectors_count", 0) or 0)
+        if not t["hnsw_built"]:
+            print("  HNSW was NOT built (rebuild failed or unchanged): dense rows measure a full scan", file=sys.stderr)
     for engine in engines:
         t[f"lexical_{engine}_db_mb"] = (home / f"lexical-{engine}.db").stat().st_size / 2**20
     if "tantivy" in stores:
@@ -196,6 +205,55 @@ def load_embedded(
         sides = [tantivy._side(TENANT, s, create=False) for s in tantivy._shards(TENANT)]
         t["tantivy_shards"] = len(sides)
         t["tantivy_segments"] = sum(side.searcher().num_segments for side in sides if side is not None)
+    return stores, vector, t
+
+
+def reopen_embedded(
+    home: Path, n: int, q: Queries, rng: np.random.Generator, dense: bool, engines: list[str], hnsw: tuple[int, int]
+) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """`--reuse`: the stores an earlier run loaded into `home` (same size and seed), reopened. The batches
+    are generated again only to draw the same queries (nothing is written), and HNSW is built here, in
+    this process, with m and ef_construct = `hnsw` (0, 0: the shard's defaults, 16 and 100)."""
+    import qdrant_edge as qe
+
+    from indexer.qdrant_edge import VACUUM, EdgeVectorIndex
+    from indexer.sqlite_fts import SqliteLexicalIndex
+    from indexer.tantivy_lexical import TantivyLexicalIndex
+
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+    kinds = {"fts5": SqliteLexicalIndex, "tantivy": TantivyLexicalIndex}
+    stores: dict[str, Any] = {e: kinds[e](home / f"lexical-{e}.db") for e in engines}
+    t: dict[str, Any] = {"reused_home": str(home)}
+    for e, lexical in stores.items():
+        t[f"lexical_{e}_passages"] = held = lexical.count(TENANT)  # an earlier run's purge deleted doc0's 20
+        if held not in (n, n - 20):
+            raise RuntimeError(f"{home}: the {e} store holds {held} passages, not {n}")
+    vector = None
+    if dense:
+        path = home / "vectors"
+        import shutil
+
+        shutil.rmtree(path.with_name("vectors.rebuild"), ignore_errors=True)  # a killed run's half-built copy
+        m, ef = hnsw
+        config = qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine),
+            optimizers=VACUUM,
+            hnsw_config=qe.HnswIndexConfig(m=m, ef_construct=ef, full_scan_threshold=10_000) if m else None,
+        )
+        shard = qe.EdgeShard.load(str(path), config)
+        began, cpu = time.perf_counter(), time.process_time()
+        t["hnsw_built"] = bool(shard.optimize())
+        shard.flush()
+        t["hnsw_optimize_s"] = time.perf_counter() - began
+        t["hnsw_optimize_cpu_s"] = time.process_time() - cpu
+        t["hnsw_m"], t["hnsw_ef_construct"] = (m, ef) if m else (16, 100)
+        shard.close()
+        vector = EdgeVectorIndex(path, DIM)
+        info = vector._shard.info()
+        t["vector_segments"] = int(info.segments_count)
+        t["vector_points"] = int(info.points_count)
+        t["vector_indexed_points"] = int(getattr(info, "indexed_vectors_count", 0) or 0)
     return stores, vector, t
 
 
@@ -212,6 +270,15 @@ def load_cluster(
         else None
     )
     t: dict[str, Any] = {"load_lexical_s": 0.0, "load_vector_s": 0.0}
+    threshold = None
+    if vector is not None and args.index_after_load:  # Qdrant's bulk-load recipe: no HNSW until loaded
+        from qdrant_client import models
+
+        threshold = vector._client.get_collection(vector.collection).config.optimizer_config.indexing_threshold
+        vector._client.update_collection(
+            vector.collection, optimizers_config=models.OptimizersConfigDiff(indexing_threshold=0)
+        )
+        t["qdrant_indexing_threshold"] = threshold
     for start, passages, vectors in batches(n, rng):
         q.see(start, passages, vectors)
         began = time.perf_counter()
@@ -232,6 +299,13 @@ def load_cluster(
         raise RuntimeError("Elasticsearch lost passages during the load")
     if vector is not None:  # the server builds HNSW in the background: time queries once it is green
         began = time.perf_counter()
+        if args.index_after_load:
+            from qdrant_client import models
+
+            vector._client.update_collection(
+                vector.collection, optimizers_config=models.OptimizersConfigDiff(indexing_threshold=threshold)
+            )
+            time.sleep(5)  # the optimizer starts on the next tick: not green-and-idle before it has
         deadline = time.monotonic() + 3600
         while time.monotonic() < deadline:
             info = vector._client.get_collection(vector.collection)
@@ -239,7 +313,62 @@ def load_cluster(
                 break
             time.sleep(2)
         t["qdrant_optimize_s"] = time.perf_counter() - began
+        info = vector._client.get_collection(vector.collection)
+        t["qdrant_green"] = info.status == "green" and info.optimizer_status == "ok"
+        t["qdrant_segments"] = int(info.segments_count or 0)
+        t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
+        if info.status != "green":
+            print(
+                f"  Qdrant not green after the wait ({info.status}): dense rows are not of a built index",
+                file=sys.stderr,
+            )
     return lexical, vector, t
+
+
+def dense_recall(
+    profile: str, vector: Any, w: Workload, limit: int, ks: tuple[int, ...] = (1, 8, 50)
+) -> dict[str, Any]:
+    """Recall of the dense ranker's HNSW search against exact search (a full scan, same filter, same
+    queries): mean |approx top-k ∩ exact top-k| / |exact top-k| per filter. Not timed; outside the lock."""
+    from indexer import qdrant_edge, qdrant_server
+
+    as_of = datetime(2026, 6, 1, tzinfo=UTC) + timedelta(days=1)
+    out: dict[str, Any] = {}
+    for label, group in FILTERS:
+        access = AccessFilter.for_principal(Principal(tenant=TENANT, user="bench", groups=(group,)), as_of)
+        sums = dict.fromkeys(ks, 0.0)
+        for i in range(len(w.texts)):
+            approx = [h.passage_id for h in vector.search(w.qvecs[i], access, limit, -1.0)]
+            if profile == "embedded":
+                import qdrant_edge as q
+
+                request = q.QueryRequest(
+                    limit=limit,
+                    query=q.Query.Nearest(np.asarray(w.qvecs[i], dtype=np.float64).tolist()),
+                    filter=qdrant_edge.access_filter(access),
+                    with_payload=True,
+                    with_vector=False,
+                    params=q.SearchParams(exact=True),
+                )
+                exact = [str((p.payload or {})["passage_id"]) for p in vector._shard.query(request)]
+            else:
+                from qdrant_client import models
+
+                res = vector._client.query_points(
+                    vector.collection,
+                    query=np.asarray(w.qvecs[i], dtype=np.float32).tolist(),
+                    query_filter=qdrant_server.access_filter(access),
+                    limit=limit,
+                    with_payload=["passage_id"],
+                    search_params=models.SearchParams(exact=True),
+                )
+                exact = [str((p.payload or {})["passage_id"]) for p in res.points]
+            for k in ks:
+                want = set(exact[:k])
+                sums[k] += len(want & set(approx[:k])) / len(want) if want else 1.0
+        out[label] = {f"recall@{k}": round(v / len(w.texts), 4) for k, v in sums.items()}
+        print(f"  dense recall vs exact, {label}: {out[label]}", file=sys.stderr)
+    return out
 
 
 def purge_cost(lexical: Any) -> float:
@@ -388,9 +517,27 @@ def main() -> None:
     parser.add_argument("--load-nice", type=int, default=0, help="niceness of the load (the timed part runs at 0)")
     parser.add_argument("--label", default="", help="a name for this build's rows (e.g. 'before'), kept in each row")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--home", type=Path, help="embedded: load into this directory and keep it (default: a temp dir)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="embedded: reopen the stores an earlier run loaded into --home, build HNSW"
+    )
+    parser.add_argument(
+        "--hnsw", type=int, nargs=2, default=(0, 0), metavar=("M", "EF"), help="with --reuse: HNSW m, ef_construct"
+    )
+    parser.add_argument(
+        "--index-during-load",
+        dest="index_after_load",
+        action="store_false",
+        help="cluster: let Qdrant index segments while points arrive (default: indexing off until loaded)",
+    )
+    parser.add_argument("--no-recall", action="store_true", help="skip the dense recall check against exact search")
     parser.add_argument("--es-url", default=os.environ.get("RAGSYNC_ES_URL", "http://127.0.0.1:9200"))
     parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
     args = parser.parse_args()
+    if args.reuse and (args.home is None or len(args.sizes) != 1 or args.profile != "embedded"):
+        parser.error("--reuse needs --home and one size, embedded")
     dense = any(r in ("dense", "fused") for r in args.rankers)
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
         parser.error("bm25-exists is the embedded store's former query")
@@ -403,14 +550,21 @@ def main() -> None:
         rng = np.random.default_rng(args.seed)
         q = Queries(n, args.queries, rng)
         prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
-        with tempfile.TemporaryDirectory(prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")) as tmp:
-            if args.profile == "embedded":
+        kept = contextlib.nullcontext(str(args.home)) if args.home else None
+        with kept or tempfile.TemporaryDirectory(
+            prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")
+        ) as tmp:
+            if args.profile == "embedded" and args.reuse:
+                stores, vector, t = reopen_embedded(Path(tmp), n, q, rng, dense, args.engines, tuple(args.hnsw))
+            elif args.profile == "embedded":
+                Path(tmp).mkdir(parents=True, exist_ok=True)
                 stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
             else:
                 lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
-            print(f"{args.profile} {n}: {json.dumps({k: round(v, 1) for k, v in t.items()})}", file=sys.stderr)
+            shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
+            print(f"{args.profile} {n}: {json.dumps(shown)}", file=sys.stderr)
             try:
                 with _locked(args.lock, args.load_nice) as timed:
                     for i, (engine, lexical) in enumerate(stores.items()):
@@ -429,6 +583,11 @@ def main() -> None:
                             args.profile, n, lexical, vector, q.workload(n), rankers, args.queries, extra
                         )
                     timed_loads.append(timed)
+                if vector is not None and not args.no_recall:  # after the timed part, not timed
+                    recall = dense_recall(args.profile, vector, q.workload(n), 50)
+                    for row in rows:
+                        if row["passages"] == n and row["ranker"] in ("dense", "fused"):
+                            row["dense_recall_vs_exact"] = recall[row["filter"]]
                 if "tantivy" in stores:  # after the timed part: what a deletion's purge costs at this size
                     purge_s = purge_cost(stores["tantivy"])
                     for row in rows:

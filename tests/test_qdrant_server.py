@@ -123,6 +123,26 @@ def test_one_collection_tenant_keyed_with_payload_only_acl_updates() -> None:
         index.close()
 
 
+def test_a_document_larger_than_one_request_is_upserted_whole() -> None:
+    """The server refuses a JSON body over 32 MB: 450 points of 4,096 components (~37 MB as JSON) in
+    one upsert were refused with HTTP 400, so such a document could never be indexed."""
+    require_service("qdrant")
+    import numpy as np
+    from conftest import make_passage, unique
+
+    from indexer.qdrant_server import QdrantVectorIndex
+
+    dim, count = 4096, 450
+    index = QdrantVectorIndex(connect(QDRANT_URL), dim, collection=unique("test_big_doc_"))
+    try:
+        vectors = np.random.default_rng(3).standard_normal((count, dim)).astype(np.float32)
+        index.upsert([make_passage("a", anchor=f"a-{i}") for i in range(count)], vectors)
+        assert index.count("acme") == count
+    finally:
+        index.drop_all()
+        index.close()
+
+
 def test_a_search_the_server_cannot_answer_is_a_one_line_store_error() -> None:
     """The server goes away after the index was opened: a question fails with QdrantUnavailable (CLI
     exit 1, API 503), never a traceback and never an answer from BM25 alone."""
