@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,11 +160,14 @@ def apply_events(
     *,
     on_apply: Callable[[int], None] | None = None,
     on_backlog: Callable[[int], None] | None = None,
+    worker: EmbeddedWorker | None = None,
 ) -> Stats:
-    """Drain the log into the stores, then do the idle maintenance; the caller owns the home."""
+    """Drain the log into the stores, then do the idle maintenance; the caller owns the home.
+
+    `worker`: one `embedded_worker(components)` opened already (sync_source opens it during the scan)."""
     from ragsync.maintenance import Maintenance
 
-    worker = embedded_worker(components)
+    worker = worker or embedded_worker(components)
     if on_backlog:
         on_backlog(worker.pending())
     stats = worker.drain(on_apply)
@@ -259,11 +263,37 @@ def sync_source(
 ) -> SyncReport:
     """Publish, then (embedded, `apply`) drain the log in this process, which must own the home.
 
+    With `apply`, the worker and its stores are opened on a thread while the scan publishes
+    (`_open_worker_beside`): creating a fresh home's vector shard and its field indexes is mostly
+    waiting on the disk (0.3-1.0 s on the shared machine), time the scan can use. Nothing is
+    applied before the scan has published, as before.
     In the cluster profile `apply=False`: the Faust workers consume what the scan published.
     """
-    published = publish_source(components, connector, force=force, on_scan=on_scan)
-    stats = apply_events(components, on_apply=on_apply, on_backlog=on_backlog) if apply else None
+    opening = _open_worker_beside(components) if apply else None
+    try:
+        published = publish_source(components, connector, force=force, on_scan=on_scan)
+    except BaseException:
+        if opening is not None:
+            opening.exception()  # not left half-open for the caller's close(); the scan's error is the one raised
+        raise
+    stats = None
+    if opening is not None:
+        stats = apply_events(components, on_apply=on_apply, on_backlog=on_backlog, worker=opening.result())
     return SyncReport(published.scan, stats, published.reindexed)
+
+
+def _open_worker_beside(components: Components) -> Future[EmbeddedWorker]:
+    """`embedded_worker(components)` on a thread of its own, its error raised by `result()`.
+
+    The ports the scan uses (the log, the extractor's child pool) are opened here first, on the
+    caller's thread, so that no port is opened by both threads; the thread opens the others."""
+    components.events  # noqa: B018 (opened now: the scan and the worker share it)
+    components.extractor  # noqa: B018
+    opener = ThreadPoolExecutor(1, thread_name_prefix="ragsync-open-stores")
+    try:
+        return opener.submit(embedded_worker, components)
+    finally:
+        opener.shutdown(wait=False)
 
 
 def sync_folder(

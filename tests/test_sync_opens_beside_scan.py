@@ -1,0 +1,106 @@
+"""A sync opens its worker and stores while its scan publishes (ragsync.pipeline.sync_source).
+
+Creating a fresh home's vector shard and its field indexes is mostly waiting on the disk, so it runs
+on a thread beside the scan. What must hold: nothing is applied before the scan has published, the
+scan's own error is the one raised when it fails, and a store that cannot be opened fails the
+sync once the scan has published (as when the stores were opened after it).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ragsync.pipeline as pipeline
+from ragsync.settings import Settings
+from ragsync.wiring import build_embedded
+from streams.embedded_worker import GROUP
+
+
+def _drive(tmp_path: Path) -> Path:
+    drive = tmp_path / "drive"
+    (drive / "acme").mkdir(parents=True)
+    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    for i in range(3):
+        (drive / f"acme/note-{i}.md").write_text(f"# Note {i}\n\nThe note number {i} says hello.\n")
+    return drive
+
+
+def _components(tmp_path: Path) -> Any:
+    settings = Settings(home=tmp_path / "home", profile="embedded", session_secret="s" * 32)
+    return build_embedded(settings, with_embedder=False)
+
+
+def test_the_worker_is_opened_while_the_scan_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    drive = _drive(tmp_path)
+    opened = threading.Event()
+    real_worker, real_publish = pipeline.embedded_worker, pipeline.publish_source
+
+    def worker(components: Any, tracker: Any = None) -> Any:
+        made = real_worker(components, tracker)
+        opened.set()
+        return made
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        # Serially (the stores opened after the scan) this waits out its timeout and fails.
+        assert opened.wait(20), "the worker was not opened while the scan ran"
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "embedded_worker", worker)
+    monkeypatch.setattr(pipeline, "publish_source", publish)
+    components = _components(tmp_path)
+    try:
+        report = pipeline.sync_folder(components, drive, tenants=["acme"])
+        assert report.scan.upserts == 3
+        assert report.stats is not None and report.stats.applied == 3
+        assert components.events.lag("documents", GROUP) == 0
+    finally:
+        components.close()
+
+
+def test_a_failed_scan_raises_its_own_error_after_the_opening_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drive = _drive(tmp_path)
+    settled = threading.Event()
+
+    def worker(components: Any, tracker: Any = None) -> Any:
+        try:
+            raise OSError("the vector shard cannot be opened")
+        finally:
+            settled.set()
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the source went away")
+
+    monkeypatch.setattr(pipeline, "embedded_worker", worker)
+    monkeypatch.setattr(pipeline, "publish_source", publish)
+    components = _components(tmp_path)
+    try:
+        with pytest.raises(RuntimeError, match="the source went away"):
+            pipeline.sync_folder(components, drive, tenants=["acme"])
+        assert settled.is_set()  # the opener finished before the error reached the caller
+    finally:
+        components.close()
+
+
+def test_a_store_that_cannot_be_opened_fails_the_sync_after_the_scan_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drive = _drive(tmp_path)
+
+    def worker(components: Any, tracker: Any = None) -> Any:
+        raise OSError("the vector shard cannot be opened")
+
+    monkeypatch.setattr(pipeline, "embedded_worker", worker)
+    components = _components(tmp_path)
+    try:
+        with pytest.raises(OSError, match="cannot be opened"):
+            pipeline.sync_folder(components, drive, tenants=["acme"])
+        # The scan published (its events wait in the log for the next apply); nothing was applied.
+        assert components.events.lag("documents", GROUP) == 3
+    finally:
+        components.close()
