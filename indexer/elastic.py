@@ -78,6 +78,17 @@ class _AclWrite:
     since: dict[str, datetime]
 
 
+@dataclass(frozen=True)
+class _DocDelete:
+    tenant: str
+    doc_id: str
+    listed: tuple[str, ...] | None
+    """The passage IDs the caller listed just before (`doc_passages`), or None: search for them."""
+
+
+_AccessWrite = _AclWrite | _DocDelete
+
+
 def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for tenant, doc_id in docs:
@@ -87,7 +98,7 @@ def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 
 class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
-    combines_writes = True  # set_acl, delete_doc (indexer.combine)
+    combines_writes = True  # set_acl and delete_doc, together (indexer.combine)
     durability: Durability = "write"
     """Acknowledged once in the translog, and every revocation or deletion is refreshed before it returns."""
 
@@ -106,9 +117,9 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         self.weights = weights
         self._refresh = refresh
         # Revocations and deletions of concurrent appliers share one search, one `_bulk` and one
-        # forced refresh per write (indexer.combine): one each per event was the appliers' queue.
-        self._acl_writes: Combiner[_AclWrite] = Combiner(self._set_acls, name="ragsync-es-acl")
-        self._doc_deletes: Combiner[tuple[str, str]] = Combiner(self._delete_docs, name="ragsync-es-delete")
+        # forced refresh per write (indexer.combine): one each per event was the appliers' queue, and
+        # one writer per kind ran two forced refreshes of the same index side by side.
+        self._access_writes: Combiner[_AccessWrite] = Combiner(self._write_access, name="ragsync-es-access")
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -186,38 +197,48 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         alias = self.alias(tenant)
         self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=True)
 
-    def delete_doc(self, tenant: str, doc_id: str) -> None:
-        """Every passage of the document, deleted and refreshed before returning (with the deletions of
-        other appliers queued meanwhile: one search, one `_bulk`, one refresh)."""
-        if self._alias_exists(tenant):
-            self._doc_deletes.submit((tenant, doc_id), (tenant, doc_id))
+    def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
+        """Every passage of the document, deleted and refreshed before returning, with the ACL changes
+        and deletions of other appliers queued meanwhile (one search, one `_bulk`, one refresh).
 
-    def _delete_docs(self, docs: list[tuple[str, str]]) -> None:
-        for tenant, doc_ids in _by_tenant(docs).items():
-            alias = self.alias(tenant)
-            ids = [h["_id"] for h in self._passages(alias, self._docs_filters(tenant, doc_ids))]
-            if ids:
-                self._bulk([{"delete": {"_index": alias, "_id": i}} for i in ids], refresh=True)
+        `listed` (LexicalIndex.delete_doc): the IDs `doc_passages` returned just before, under the
+        document's key. They are deleted by `_id` without searching again, but only when every write
+        of this adapter is searchable once it returned (`refresh` "true" or "wait_for"): otherwise the
+        listing may have missed a passage, and the document's passages are searched as before."""
+        if self._alias_exists(tenant):
+            known = tuple(listed) if listed is not None and self._refresh in ("true", "wait_for") else None
+            self._access_writes.submit(_DocDelete(tenant, doc_id, known), (tenant, doc_id))
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Partial-document update of `acl` and its grant instants on every version, refreshed before
-        returning; `retry_on_conflict` absorbs a racing write. The ACL changes of other appliers queued
-        meanwhile share the search, `_bulk` and refresh (indexer.combine). A partial update merges
-        objects, so the instants of entries no longer in `acl` may stay in `acl_since`: harmless, the
-        filter requires the entry in `acl` as well."""
+        returning; `retry_on_conflict` absorbs a racing write. The ACL changes and deletions of other
+        appliers queued meanwhile share the search, `_bulk` and refresh (indexer.combine). A partial
+        update merges objects, so the instants of entries no longer in `acl` may stay in `acl_since`:
+        harmless, the filter requires the entry in `acl` as well."""
         if self._alias_exists(tenant):
-            self._acl_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
+            self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
 
-    def _set_acls(self, writes: list[_AclWrite]) -> None:
-        pending = {(w.tenant, w.doc_id): w for w in writes}  # one per document (Combiner's keys)
+    def _write_access(self, writes: list[_AccessWrite]) -> None:
+        """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
+        search lists the passages of the documents whose ACL changes and of the deletions not listed
+        by their caller, and a single `_bulk` (refresh=true) updates and deletes them all, so the round
+        costs one forced refresh. Version conflicts on an update re-read and retry that document."""
+        pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
-            conflicted: dict[tuple[str, str], _AclWrite] = {}
-            for tenant, doc_ids in _by_tenant(list(pending)).items():
+            ops: list[dict[str, Any]] = []
+            owners: dict[str, _AclWrite] = {}
+            for w in pending.values():
+                if isinstance(w, _DocDelete) and w.listed is not None:
+                    alias = self.alias(w.tenant)
+                    ops.extend({"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in w.listed)
+            searched = [key for key, w in pending.items() if isinstance(w, _AclWrite) or w.listed is None]
+            for tenant, doc_ids in _by_tenant(searched).items():
                 alias = self.alias(tenant)
-                ops: list[dict[str, Any]] = []
-                owners: dict[str, _AclWrite] = {}
                 for h in self._passages(alias, self._docs_filters(tenant, doc_ids), with_doc_id=True):
                     w = pending[(tenant, h["_source"]["doc_id"])]
+                    if isinstance(w, _DocDelete):
+                        ops.append({"delete": {"_index": alias, "_id": h["_id"]}})
+                        continue
                     owners[h["_id"]] = w
                     ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
                     ops.append(
@@ -229,9 +250,10 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                             }
                         }
                     )
-                for conflict in self._bulk(ops, refresh=True) if ops else []:
-                    w = owners[conflict["_id"]]
-                    conflicted[(w.tenant, w.doc_id)] = w
+            conflicted: dict[tuple[str, str], _AccessWrite] = {}
+            for conflict in self._bulk(ops, refresh=True) if ops else []:
+                w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
+                conflicted[(w.tenant, w.doc_id)] = w
             if not conflicted:
                 return
             pending = conflicted
@@ -393,6 +415,5 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         """Elasticsearch acknowledges a write once it is durable in the translog: nothing to do."""
 
     def close(self) -> None:
-        self._acl_writes.close()
-        self._doc_deletes.close()
+        self._access_writes.close()
         self._es.close()

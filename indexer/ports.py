@@ -137,7 +137,11 @@ class LexicalIndex(Protocol):
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Replace the ACL and its grant instants on every passage (every version) of the document."""
 
-    def delete_doc(self, tenant: str, doc_id: str) -> None: ...
+    def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
+        """Delete every passage (every version) of the document. `listed`: the IDs `doc_passages` returned
+        just before, the caller holding the document's key meanwhile (no write of it since); an adapter
+        that would search for the passages may delete exactly these instead, when its listing cannot
+        have missed one. Others ignore it."""
 
     def search(self, query: str, access: AccessFilter, limit: int, floor: float) -> list[Hit]:
         """BM25 over body, heading path and title, each field weighted apart; hits below floor are dropped."""

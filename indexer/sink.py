@@ -36,6 +36,7 @@ from indexer.ports import (
     VectorIndex,
     Vectors,
 )
+from indexer.side_by_side import SideBySide
 from indexer.upsert_passages import UpsertPassages, upsert_effective_from
 from schemas._time import utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
@@ -128,6 +129,7 @@ class IndexSink:
         self.upsert_passages = UpsertPassages(max_chars, chunker)
         self._sub_batch = EMBED_SUB_BATCH
         """Texts per embedding call of a batch that may give way, learnt from the last call's pace."""
+        self._side = SideBySide()
 
     def embed_upserts(
         self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None, *, resume: bool = False
@@ -307,6 +309,10 @@ class IndexSink:
         """Whether every store answering queries holds a write durably once it returned (ports.Durability)."""
         return self.lexical.durability == "write" and (self.vector is None or self.vector.durability == "write")
 
+    def _write_stores(self, lexical: Callable[[], None], vector: Callable[[], None] | None) -> dict[str, datetime]:
+        """A revocation's or deletion's write to each store, side by side on the cluster (indexer.side_by_side)."""
+        return self._side.write_stores(self.lexical, lexical, self.vector, vector, self.clock)
+
     def _acl(
         self, event: Event, payload: AclPayload, state: DocState | None, served: Callable[[Event], None] | None
     ) -> ApplyResult:
@@ -314,10 +320,11 @@ class IndexSink:
         if state is not None and state.deleted:
             before = restart(before)  # the ACL of the document once re-created
         grants = regrant(before, payload.acl, event.occurred_at, event.version)
-        applied_at: dict[str, datetime] = {}
-        for store in self._stores():
-            store.set_acl(event.tenant, event.doc_id, grants.acl, grants.since)
-            applied_at[store.name] = self.clock()
+        vector = self.vector
+        applied_at = self._write_stores(
+            lambda: self.lexical.set_acl(event.tenant, event.doc_id, grants.acl, grants.since),
+            None if vector is None else lambda: vector.set_acl(event.tenant, event.doc_id, grants.acl, grants.since),
+        )
         self.cache.bump(event.tenant)
         invalidated_at = self.clock()
         if served is not None:
@@ -353,22 +360,25 @@ class IndexSink:
         stored = self.lexical.doc_passages(event.tenant, event.doc_id)
         if recreated:
             stored = [p for p in stored if p.version < event.version]
-        removed_at: dict[str, datetime] = {}
+        vector = self.vector
         if recreated:
-            self.lexical.delete_passages(event.tenant, [p.passage_id for p in stored])
-            removed_at[self.lexical.name] = self.clock()
-            if self.vector is not None:
-                old = [
-                    p.passage_id for p in self.vector.inventory(event.tenant, event.doc_id) if p.version < event.version
-                ]
-                self.vector.delete_passages(event.tenant, old)
-                removed_at[self.vector.name] = self.clock()
+
+            def delete_old_points(v: VectorIndex) -> None:
+                old = [p.passage_id for p in v.inventory(event.tenant, event.doc_id) if p.version < event.version]
+                v.delete_passages(event.tenant, old)
+
+            removed_at = self._write_stores(
+                lambda: self.lexical.delete_passages(event.tenant, [p.passage_id for p in stored]),
+                None if vector is None else lambda: delete_old_points(vector),
+            )
         else:
-            self.lexical.delete_doc(event.tenant, event.doc_id)
-            removed_at[self.lexical.name] = self.clock()
-            if self.vector is not None:
-                self.vector.delete_doc(event.tenant, event.doc_id)
-                removed_at[self.vector.name] = self.clock()
+            # The IDs just listed, under the document's key: an adapter that would search for them again
+            # deletes these instead (LexicalIndex.delete_doc); the vector store deletes by filter.
+            listed = [p.passage_id for p in stored]
+            removed_at = self._write_stores(
+                lambda: self.lexical.delete_doc(event.tenant, event.doc_id, listed=listed),
+                None if vector is None else lambda: vector.delete_doc(event.tenant, event.doc_id),
+            )
         # Point IDs, not passage IDs: a passage ID's anchor is a slug of the document's headings,
         # i.e. words of it; a point ID is a hash, enough for a certificate to look the points up.
         details: dict[str, Any] = {
@@ -431,9 +441,6 @@ class IndexSink:
         return ApplyResult(
             Outcome.APPLIED, event, cache_bumped=True, applied_at=removed_at, cache_invalidated_at=invalidated_at
         )
-
-    def _stores(self) -> list[LexicalIndex | VectorIndex]:
-        return [self.lexical] if self.vector is None else [self.lexical, self.vector]
 
     def _each_store(self, action: Callable[[LexicalIndex | VectorIndex], None]) -> None:
         action(self.lexical)

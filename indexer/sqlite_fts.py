@@ -275,7 +275,8 @@ class SqliteLexicalIndex(StoreReads):
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         self._delete_where(tenant, "passage_id = ?", [(pid,) for pid in passage_ids])
 
-    def delete_doc(self, tenant: str, doc_id: str) -> None:
+    def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
+        """One statement by doc_id, whatever `listed` says (no listing to save here)."""
         self._delete_where(tenant, "doc_id = ?", [(doc_id,)])
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import random
 import string
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from conftest import NOW, make_passage, require_service, unique
+from waiting import wait_until
 
 from schemas.passages import Passage, make_passage_id
 from schemas.principal import AccessFilter
@@ -380,3 +382,72 @@ def test_an_index_built_with_another_analyzer_refuses_writes(make_index: Callabl
     with pytest.raises(StoreUnavailable, match="built with the 'standard' analyzer"):
         english.upsert([make_passage("Refunds are issued within 60 days.", anchor="r-2")])
     assert ids(standard.search("refunds", STAFF, 10, 0.0)) == ["doc.md@1#r-1"]
+
+
+class Requests:
+    """Counts the client's `search` and `bulk` calls (monkeypatched on the adapter's own client)."""
+
+    def __init__(self, index: Any, monkeypatch: Any) -> None:
+        self.calls: list[str] = []
+        for name in ("search", "bulk"):
+            real = getattr(index.client, name)
+            monkeypatch.setattr(index.client, name, self._counting(name, real))
+
+    def _counting(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(f"{name}:refresh={kwargs['refresh']}" if name == "bulk" else name)
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_acl_changes_and_deletions_queued_together_share_one_search_bulk_and_refresh(
+    index: Any, monkeypatch: Any
+) -> None:
+    from concurrent_writes import _HoldFirst, combiners
+
+    index.upsert([make_passage(f"Quarterly {d} figures.", doc_id=d) for d in ("a.md", "b.md", "c.md", "d.md")])
+    requests = Requests(index, monkeypatch)
+    hold = _HoldFirst(combiners(index))
+    board = ["group:board"]
+    calls = [
+        lambda: index.set_acl("acme", "a.md", board, {}),
+        lambda: index.set_acl("acme", "b.md", board, {}),
+        lambda: index.delete_doc("acme", "c.md"),
+        lambda: index.delete_doc("acme", "d.md", listed=["d.md@1#root-1"]),
+    ]
+    threads = [threading.Thread(target=c) for c in calls]
+    try:
+        threads[0].start()
+        assert hold.held.wait(30)
+        for t in threads[1:]:
+            t.start()
+        wait_until(lambda: hold.queued() == 3, 10, "the other three calls queued")
+        hold.release.set()
+        for t in threads:
+            t.join(60)
+    finally:
+        hold.restore()
+    assert hold.writes == 2
+    # the held round (a.md), then one round for the rest: b.md's and c.md's passages in one search,
+    # d.md's listed passage deleted by _id, all three in one `_bulk` with the one forced refresh
+    assert requests.calls == ["search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls
+    assert index.search("quarterly", STAFF, 10, 0.0) == []
+    board_reader = AccessFilter("acme", ("group:board",), NOW)
+    assert sorted(ids(index.search("quarterly", board_reader, 10, 0.0))) == ["a.md@1#root-1", "b.md@1#root-1"]
+
+
+def test_a_deletion_of_listed_passages_searches_nothing(index: Any, monkeypatch: Any) -> None:
+    index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
+    listed = [p.passage_id for p in index.doc_passages("acme", "doc.md")]
+    requests = Requests(index, monkeypatch)
+    index.delete_doc("acme", "doc.md", listed=listed)
+    assert requests.calls == ["bulk:refresh=True"]
+    assert index.count("acme", "doc.md") == 0 and index.search("budget", STAFF, 10, 0.0) == []
+
+
+def test_listed_passages_are_not_trusted_when_writes_may_not_be_searchable_yet(make_index: Callable[..., Any]) -> None:
+    index = make_index(refresh="false")  # an upsert returns before its passages are searchable
+    index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
+    index.delete_doc("acme", "doc.md", listed=["doc.md@1#b-1"])  # a listing that missed b-2
+    assert index.count("acme", "doc.md") == 0, "a passage the listing missed was left behind"

@@ -63,9 +63,9 @@ class Lexical:
             raise ConnectionError("lexical store down (test)")
         self.inner.set_acl(*args)
 
-    def delete_doc(self, *args: Any) -> None:
+    def delete_doc(self, *args: Any, **kwargs: Any) -> None:
         self.seen.note("delete_doc")
-        self.inner.delete_doc(*args)
+        self.inner.delete_doc(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -132,6 +132,21 @@ def test_revocation_and_deletion_visible_to_next_query(lexical_index: Any) -> No
     assert lexical_index.count("acme", "other.md") == 0
 
 
+def test_a_deletion_given_the_listed_passages_removes_every_version_and_nothing_else(lexical_index: Any) -> None:
+    lexical_index.upsert(
+        [
+            make_passage("Severance terms, draft.", anchor="s-1"),
+            make_passage("Severance terms, final.", version=2, anchor="s-1"),
+            make_passage("Severance terms of another document.", doc_id="other.md", anchor="s-1"),
+        ]
+    )
+    listed = [p.passage_id for p in lexical_index.doc_passages("acme", "doc.md")]
+    assert sorted(listed) == ["doc.md@1#s-1", "doc.md@2#s-1"]
+    lexical_index.delete_doc("acme", "doc.md", listed=listed)
+    assert lexical_index.count("acme", "doc.md") == 0
+    assert ids(lexical_index.search("severance terms", STAFF, 10, 0.0)) == ["other.md@1#s-1"]
+
+
 def test_upsert_is_idempotent_and_delete_passages(lexical_index: Any) -> None:
     p = make_passage("Parking permits are issued by facilities.", anchor="p-1")
     lexical_index.upsert([p])
