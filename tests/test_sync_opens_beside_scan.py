@@ -56,20 +56,30 @@ def unopenable(settled: threading.Event | None = None) -> Callable[..., Any]:
     return worker
 
 
+class Spied:
+    """The real `embedded_worker`, noting when one was opened and when it was closed."""
+
+    def __init__(self) -> None:
+        self.real = pipeline.embedded_worker
+        self.opened = threading.Event()
+        self.closed: list[bool] = []
+
+    def __call__(self, components: Any, tracker: Any = None) -> Any:
+        made = self.real(components, tracker)
+        real_close = made.close
+        made.close = lambda: self.closed.append(True) or real_close()
+        self.opened.set()
+        return made
+
+
 def test_the_worker_is_opened_while_the_scan_publishes(
     drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    opened = threading.Event()
-    real_worker, real_publish = pipeline.embedded_worker, pipeline.publish_source
-
-    def worker(components: Any, tracker: Any = None) -> Any:
-        made = real_worker(components, tracker)
-        opened.set()
-        return made
+    worker, real_publish = Spied(), pipeline.publish_source
 
     def publish(*args: Any, **kwargs: Any) -> Any:
         # Serially (the stores opened after the scan) this waits out its timeout and fails.
-        assert opened.wait(20), "the worker was not opened while the scan ran"
+        assert worker.opened.wait(20), "the worker was not opened while the scan ran"
         return real_publish(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "embedded_worker", worker)
@@ -78,6 +88,23 @@ def test_the_worker_is_opened_while_the_scan_publishes(
     assert report.scan.upserts == 3
     assert report.stats is not None and report.stats.applied == 3
     assert components.events.lag("documents", GROUP) == 0
+    assert worker.closed == [True], "the worker (its sink's threads) was not closed once it had drained"
+
+
+def test_a_worker_opened_beside_a_failed_scan_is_closed(
+    drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = Spied()
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        assert worker.opened.wait(20)
+        raise RuntimeError("the source went away")
+
+    monkeypatch.setattr(pipeline, "embedded_worker", worker)
+    monkeypatch.setattr(pipeline, "publish_source", publish)
+    with pytest.raises(RuntimeError, match="the source went away"):
+        pipeline.sync_folder(components, drive, tenants=["acme"])
+    assert worker.closed == [True]
 
 
 def test_a_failed_scan_raises_its_own_error_after_the_opening_settled(
