@@ -6,7 +6,8 @@ A sync is two halves that may run in different processes:
   and the connector state, nothing else, so it runs beside a `ragsync serve` that owns the stores.
 - applying: whoever owns the home drains the log into the stores, the owner's worker while one
   runs (`wait_applied` follows its progress through the log's journal), else the syncing process
-  itself, which then owns the home for as long as it applies (`apply_events`).
+  itself, which then owns the home for as long as it applies (`apply_events`); `ragsync sync` takes
+  it before its scan and opens the stores while the scan publishes (`publish_and_apply`).
 """
 
 from __future__ import annotations

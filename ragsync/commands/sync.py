@@ -3,7 +3,8 @@
 The scan only publishes into the event log. Then, on the embedded profile: when the home has an
 owner (`ragsync serve`), the owner applies the events and this command waits until it has (the
 report comes from the journal the owner writes with its offset commits); when it has none, this
-command owns the home while it applies them itself. `--watch` keeps doing that as files change.
+command owns the home from before its scan until it has applied them itself, and opens the stores
+while the scan publishes (`_sync_pass`). `--watch` keeps doing that as files change.
 """
 
 from __future__ import annotations
