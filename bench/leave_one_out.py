@@ -131,28 +131,38 @@ def protocol(
     return out
 
 
+def sub_grid(methods: Sequence[Method], **held: Any) -> list[Method]:
+    """The methods whose named fields hold the given values (a lever held at its neutral value)."""
+    return [m for m in methods if all(getattr(m, name) == value for name, value in held.items())]
+
+
+def per_set(p: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A protocol's held-out choice per set with its fused and paraphrase-and-situation R@10."""
+    return {
+        s: {
+            "method": v["held_out_method"],
+            "fused": v["held_out"]["fused_recall@10"],
+            "hard": v["held_out"]["paraphrase_situation_recall@10"],
+        }
+        for s, v in p["sets"].items()
+    }
+
+
 def levers(figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], methods: Sequence[Method]) -> Any:
     """Held-out figures with each lever free against held at its neutral value."""
     full = protocol(figs, sets, methods)["mean_held_out"]
     out = {}
     for name, (field_name, neutral) in LEVERS.items():
-        without = [m for m in methods if getattr(m, field_name) == neutral]
-        base = protocol(figs, sets, without)
+        base = protocol(figs, sets, sub_grid(methods, **{field_name: neutral}))
+        without = base["mean_held_out"]
         out[name] = {
             "held_out_mean_with": full,
-            "held_out_mean_without": base["mean_held_out"],
-            "gain_fused": round(full["fused_recall@10"] - base["mean_held_out"]["fused_recall@10"], 4),
+            "held_out_mean_without": without,
+            "gain_fused": round(full["fused_recall@10"] - without["fused_recall@10"], 4),
             "gain_paraphrase_situation": round(
-                full["paraphrase_situation_recall@10"] - base["mean_held_out"]["paraphrase_situation_recall@10"], 4
+                full["paraphrase_situation_recall@10"] - without["paraphrase_situation_recall@10"], 4
             ),
-            "per_set_held_out_without": {
-                s: {
-                    "method": v["held_out_method"],
-                    "fused": v["held_out"]["fused_recall@10"],
-                    "hard": v["held_out"]["paraphrase_situation_recall@10"],
-                }
-                for s, v in base["sets"].items()
-            },
+            "per_set_held_out_without": per_set(base),
         }
     return out
 
@@ -160,25 +170,12 @@ def levers(figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], me
 def buildable(figs: Mapping[str, Mapping[Method, Figures]], sets: Sequence[str], methods: Sequence[Method]) -> Any:
     """The protocol over the methods the live Retriever builds today (no sentence max-sim list: the
     stores hold no sentence vectors yet), with and without the question's sentences searched one by one."""
-    live = [m for m in methods if m.sentence_weight == 0]
-    with_sub = protocol(figs, sets, live)
-    without = protocol(figs, sets, [m for m in live if m.subquery_weight == 0])
-
-    def brief(p: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "tuned_on_all": p["tuned_on_all"],
-            "mean_held_out": p["mean_held_out"],
-            "sets": {
-                s: {
-                    "method": v["held_out_method"],
-                    "fused": v["held_out"]["fused_recall@10"],
-                    "hard": v["held_out"]["paraphrase_situation_recall@10"],
-                }
-                for s, v in p["sets"].items()
-            },
-        }
-
-    return {"with_subquery": brief(with_sub), "without_subquery": brief(without)}
+    live = sub_grid(methods, sentence_weight=0)
+    briefs = {}
+    for label, grid_ in (("with_subquery", live), ("without_subquery", sub_grid(live, subquery_weight=0))):
+        p = protocol(figs, sets, grid_)
+        briefs[label] = {"tuned_on_all": p["tuned_on_all"], "mean_held_out": p["mean_held_out"], "sets": per_set(p)}
+    return briefs
 
 
 def answer_rows(name: str, variant: str, homes: Path | None) -> list[Any]:

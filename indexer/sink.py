@@ -206,6 +206,11 @@ class IndexSink:
         """Forget unflushed states (the batch is abandoned and will be re-applied from the log)."""
         self.docs.discard()
 
+    def close(self) -> None:
+        """End the side-by-side writes' threads (a write in flight finishes first); the worker calls it
+        when it shuts down. The stores are not closed here: they belong to whoever opened them."""
+        self._side.close()
+
     def apply(
         self, event: Event, vectors: Vectors | None = None, served: Callable[[Event], None] | None = None
     ) -> ApplyResult:

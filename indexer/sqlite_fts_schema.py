@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 from indexer.fts_acl import acl_token, acl_tokens
 from indexer.ports import Hit, LexicalAnalyzer
@@ -213,6 +214,23 @@ def restore_fts(conn: sqlite3.Connection, create: Callable[[str], str | None]) -
 def side_index_dir(path: Path) -> Path:
     """Where a side text index (indexer.tantivy_lexical) of the lexical file at `path` lives."""
     return path.with_name(path.name + ".tantivy")
+
+
+def text_index_in(path: Path) -> Literal["fts5", "tantivy"] | None:
+    """Which text index the lexical file at `path` was last opened with, from the files alone (read
+    only): None without a file; Tantivy when its side index is there, or when the file records Tantivy
+    shards and no FTS5 table (a Tantivy home without passages has no side index yet); else FTS5."""
+    if not path.exists():
+        return None
+    if side_index_dir(path).is_dir():
+        return "tantivy"
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        fts = int(conn.execute("SELECT count(*) FROM fts_tables").fetchone()[0]) if "fts_tables" in tables else 0
+    finally:
+        conn.close()
+    return "tantivy" if "tantivy_shards" in tables and fts == 0 else "fts5"
 
 
 def drop_side_index(path: Path) -> None:

@@ -79,6 +79,7 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
             worker.execute_from_commandline()
         finally:
             log.info("faust worker stopped after %.0fs: %s", time.monotonic() - started, indexer.summary())
+            indexer.close()
     finally:
         components.close()
 

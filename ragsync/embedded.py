@@ -14,6 +14,7 @@ from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, Lexical
 from indexer.propagation import PropagationLog
 from ragsync.components import Components, build_embedder, field_weights, stamp_home_model
 from ragsync.home import secure_home
+from ragsync.home_lexical import LEXICAL_DB, home_engine, stamp_engine
 from ragsync.settings import Settings
 from streams.ports import EventLog
 
@@ -48,23 +49,24 @@ class EmbeddedAdapters:
         return SqliteEventLog(self.home / EVENTS_DB)
 
     def lexical(self) -> LexicalIndex:
+        """The home's own engine (ragsync.home_lexical): a new home gets Tantivy, an existing one keeps
+        the engine it was built with unless `lexical_engine` says otherwise."""
         from indexer.sqlite_fts import SqliteLexicalIndex
 
-        if self.settings.lexical_engine == "tantivy":
+        engine = home_engine(self.home, self.settings.lexical_engine)
+        kind = SqliteLexicalIndex
+        if engine == "tantivy":
             from indexer.tantivy_lexical import TantivyLexicalIndex
 
-            return TantivyLexicalIndex(
-                self.home / "lexical.db",
-                field_weights(self.settings),
-                deferred=True,
-                analyzer=self.settings.lexical_analyzer,
-            )
-        return SqliteLexicalIndex(
-            self.home / "lexical.db",
+            kind = TantivyLexicalIndex
+        index = kind(
+            self.home / LEXICAL_DB,
             field_weights(self.settings),
             deferred=True,
             analyzer=self.settings.lexical_analyzer,
         )
+        stamp_engine(self.home, engine)
+        return index
 
     def embedder(self) -> Embedder | None:
         embedder = build_embedder(self.settings)

@@ -4,7 +4,7 @@ The embedded stores cannot be shared between processes: qdrant-edge locks its sh
 of the process that opened it, and batched SQLite writers would queue behind each other's batch
 transactions. So exactly one process opens them, the owner. `ragsync serve` owns its home for as
 long as it runs and answers for it over HTTP; a command that finds no owner becomes one for as long
-as it needs the stores (a sync while it applies, an ask while it answers) and then lets go.
+as it needs the stores (a sync while it scans and applies, an ask while it answers) and then lets go.
 
 The lock is an `fcntl.flock` held on the file for the owner's whole life. The kernel releases it
 when the process ends, however it ends (SIGKILL, OOM, a power cut's reboot), so a lock left behind

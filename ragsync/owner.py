@@ -121,6 +121,8 @@ class Owner:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.error("indexer did not stop within %.0fs; its uncommitted batch will be redelivered", timeout_s)
+            elif self.worker is not None:
+                self.worker.close()  # the sink's threads end with the worker that used them
             self._thread = None
 
     def wait_idle(self, timeout_s: float) -> bool:

@@ -6,7 +6,8 @@ A sync is two halves that may run in different processes:
   and the connector state, nothing else, so it runs beside a `ragsync serve` that owns the stores.
 - applying: whoever owns the home drains the log into the stores, the owner's worker while one
   runs (`wait_applied` follows its progress through the log's journal), else the syncing process
-  itself, which then owns the home for as long as it applies (`apply_events`).
+  itself, which then owns the home for as long as it applies (`apply_events`); `ragsync sync` takes
+  it before its scan and opens the stores while the scan publishes (`publish_and_apply`).
 """
 
 from __future__ import annotations
@@ -164,13 +165,17 @@ def apply_events(
 ) -> Stats:
     """Drain the log into the stores, then do the idle maintenance; the caller owns the home.
 
-    `worker`: one `embedded_worker(components)` opened already (sync_source opens it during the scan)."""
+    `worker`: one `embedded_worker(components)` opened already (publish_and_apply opens it during the
+    scan); closed here once drained, like the one opened here."""
     from ragsync.maintenance import Maintenance
 
     worker = worker or embedded_worker(components)
-    if on_backlog:
-        on_backlog(worker.pending())
-    stats = worker.drain(on_apply)
+    try:
+        if on_backlog:
+            on_backlog(worker.pending())
+        stats = worker.drain(on_apply)
+    finally:
+        worker.close()
     Maintenance(components).run()
     return stats
 
@@ -261,25 +266,48 @@ def sync_source(
     on_apply: Callable[[int], None] | None = None,
     on_backlog: Callable[[int], None] | None = None,
 ) -> SyncReport:
-    """Publish, then (embedded, `apply`) drain the log in this process, which must own the home.
-
-    With `apply`, the worker and its stores are opened on a thread while the scan publishes
-    (`_open_worker_beside`): creating a fresh home's vector shard and its field indexes is mostly
-    waiting on the disk (0.3-1.0 s on the shared machine), time the scan can use. Nothing is
-    applied before the scan has published, as before.
-    In the cluster profile `apply=False`: the Faust workers consume what the scan published.
-    """
-    opening = _open_worker_beside(components) if apply else None
-    try:
+    """Publish, then (embedded, `apply`) drain the log in this process, which must own the home
+    (`publish_and_apply`). In the cluster profile `apply=False`: the Faust workers consume what the
+    scan published."""
+    if not apply:
         published = publish_source(components, connector, force=force, on_scan=on_scan)
-    except BaseException:
-        if opening is not None:
-            opening.exception()  # not left half-open for the caller's close(); the scan's error is the one raised
-        raise
-    stats = None
-    if opening is not None:
-        stats = apply_events(components, on_apply=on_apply, on_backlog=on_backlog, worker=opening.result())
+        return SyncReport(published.scan, None, published.reindexed)
+    published, stats = publish_and_apply(
+        components, connector, force=force, on_scan=on_scan, on_apply=on_apply, on_backlog=on_backlog
+    )
     return SyncReport(published.scan, stats, published.reindexed)
+
+
+def publish_and_apply(
+    components: Components,
+    connector: SourceConnector,
+    *,
+    force: bool = False,
+    allow_deletes: bool = True,
+    on_scan: Callable[[int], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
+    on_apply: Callable[[int], None] | None = None,
+    on_backlog: Callable[[int], None] | None = None,
+) -> tuple[Published, Stats]:
+    """Publish, then drain the log in this process, which must own the home already (`ragsync sync`
+    takes it before its scan).
+
+    The worker and its stores are opened on a thread while the scan publishes (`_open_worker_beside`):
+    creating a fresh home's vector shard and its field indexes is mostly waiting on the disk (0.3-1.0 s
+    on the shared machine), time the scan can use. Nothing is applied before the scan has published,
+    as before; when the scan fails, its error is the one raised, once the opening has settled (and a
+    worker it opened closed)."""
+    opening = _open_worker_beside(components)
+    try:
+        published = publish_source(
+            components, connector, force=force, allow_deletes=allow_deletes, on_scan=on_scan, on_wait=on_wait
+        )
+    except BaseException:
+        if opening.exception() is None:  # waits for the opening: nothing is left half-open for close()
+            opening.result().close()
+        raise
+    stats = apply_events(components, on_apply=on_apply, on_backlog=on_backlog, worker=opening.result())
+    return published, stats
 
 
 def _open_worker_beside(components: Components) -> Future[EmbeddedWorker]:

@@ -147,10 +147,12 @@ class Settings(BaseSettings):
     """How both lexical stores cut words (indexer.ports.LexicalAnalyzer): the same on both profiles, so
     they rank the same tokens. Changing it rebuilds an embedded home's FTS tables on open; an
     Elasticsearch index built with another refuses writes until re-indexed (eval/README.md measures both)."""
-    lexical_engine: Literal["fts5", "tantivy"] = "fts5"
+    lexical_engine: Literal["fts5", "tantivy"] | None = None
     """The embedded profile's lexical candidate stage: SQLite FTS5 tables, or Tantivy indexes beside the
-    SQLite file (indexer.tantivy_lexical). SQLite keeps the text and decides access either way; changing
-    it rebuilds the chosen index from SQLite on open and removes the other (bench/README.md measures both)."""
+    SQLite file (indexer.tantivy_lexical). SQLite keeps the text and decides access either way. Unset:
+    each home's own engine, the one it was built with (recorded in the home), FTS5 for a new home
+    (ragsync.home_lexical.NEW_HOME_ENGINE). Set: that engine; a home built with the other is rebuilt from SQLite on
+    open, with a warning, and the other engine's index removed (bench/README.md measures both)."""
     dense_floor: float = 0.30
     rrf_k: int = Field(default=60, ge=1)  # RRF over BM25 and dense, as the product brief says
     # A local cross-encoder export (model.onnx + tokenizer.json) as the reranker; None: the sentence

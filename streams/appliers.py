@@ -189,3 +189,10 @@ class Indexer:
             f"{topic}: {s.applied} applied, {s.stale} stale, {s.dead_lettered} dead-lettered"
             for topic, s in self.stats.items()
         )
+
+    def close(self) -> None:
+        """Once the Faust worker stopped: the appliers' threads and the sink's end (queued work is
+        dropped, uncommitted, so it is redelivered; work in flight finishes first)."""
+        for pool in (self._deny_pool, self._access_pool, self._documents_pool):
+            pool.shutdown(wait=True, cancel_futures=True)
+        self.sink.close()

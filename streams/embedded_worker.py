@@ -115,6 +115,11 @@ class EmbeddedWorker:
     def backlog(self) -> dict[str, int]:
         return {topic: self.events.lag(topic, self.group) for topic in EVENT_TOPICS}
 
+    def close(self) -> None:
+        """Once it has stopped applying: the sink's threads end (IndexSink.close). The log and the
+        stores stay open: they belong to whoever opened them."""
+        self.sink.close()
+
     def pending(self) -> int:
         return sum(self.backlog().values())
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Literal
 
 from waiting import wait_until
@@ -63,6 +64,25 @@ class _HoldFirst:
             combiner._write = self._real[id(combiner)]
 
 
+def held_first(held: list[Combiner[Any]], calls: list[Callable[[], None]], timeout_s: float = 60) -> int:
+    """Run each call on a thread of its own, the first call's write held in flight until every other
+    call queued behind it (start the first, wait until its write is held, start the rest, wait until
+    they queued, release, join); returns the writes the Combiners made. A call's error is raised."""
+    hold = _HoldFirst(held)
+    try:
+        with ThreadPoolExecutor(len(calls)) as pool:
+            futures = [pool.submit(calls[0])]
+            assert hold.held.wait(30), "the first call's write never started"
+            futures += [pool.submit(call) for call in calls[1:]]
+            wait_until(lambda: hold.queued() == len(calls) - 1, 10, "the other calls queued")
+            hold.release.set()
+            for future in futures:
+                future.result(timeout_s)
+    finally:
+        hold.restore()
+    return hold.writes
+
+
 def apply_twelve(
     index: Any, docs: list[str], change: Change, call: Callable[[str], None], visible: Callable[[str], bool]
 ) -> int | None:
@@ -78,25 +98,15 @@ def apply_twelve(
 
     held = combiners(index)
     assert index.combines_writes == bool(held), f"{index.name} declares combines_writes={index.combines_writes}"
-    with ThreadPoolExecutor(12) as pool:
-        if not index.combines_writes:
+    writes = None
+    if index.combines_writes:
+        writes = held_first(held, [partial(one, d) for d in docs])
+    else:
+        with ThreadPoolExecutor(12) as pool:
             for future in [pool.submit(one, d) for d in docs]:
                 future.result(60)
-            assert not unseen, f"{change} of {unseen} not visible when its call returned"
-            return None
-        hold = _HoldFirst(held)
-        try:
-            futures = [pool.submit(one, docs[0])]
-            assert hold.held.wait(30)
-            futures += [pool.submit(one, d) for d in docs[1:]]
-            wait_until(lambda: hold.queued() == 11, 10, "the other appliers queued")
-            hold.release.set()
-            for future in futures:
-                future.result(60)
-        finally:
-            hold.restore()
     assert not unseen, f"{change} of {unseen} not visible when its call returned"
-    return hold.writes
+    return writes
 
 
 def revoke_then_delete_twelve(

@@ -26,14 +26,15 @@ MODEL_PATH = Path(os.environ.get("RAGSYNC_EMBED_MODEL_PATH", "/nonexistent"))
 
 
 def _embedded_lexical_name() -> str:
-    from ragsync.settings import Settings
+    from ragsync.home_lexical import NEW_HOME_ENGINE
 
-    engine = os.environ.get("RAGSYNC_LEXICAL_ENGINE") or Settings.model_fields["lexical_engine"].default
+    engine = os.environ.get("RAGSYNC_LEXICAL_ENGINE") or NEW_HOME_ENGINE
     return "sqlite-tantivy" if engine == "tantivy" else "sqlite-fts5"
 
 
 EMBEDDED_LEXICAL = _embedded_lexical_name()
-"""The embedded profile's lexical store as audit records and reports name it (lexical_engine)."""
+"""A new embedded home's lexical store as audit records and reports name it (lexical_engine, else the
+engine a new home is given)."""
 if not (MODEL_PATH / "model.onnx").is_file():
     MODEL_PATH = Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2-onnx"
 

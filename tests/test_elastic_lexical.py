@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import random
 import string
-import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from conftest import NOW, make_passage, require_service, unique
-from waiting import wait_until
 
 from schemas.passages import Passage, make_passage_id
 from schemas.principal import AccessFilter
@@ -404,31 +402,18 @@ class Requests:
 def test_acl_changes_and_deletions_queued_together_share_one_search_bulk_and_refresh(
     index: Any, monkeypatch: Any
 ) -> None:
-    from concurrent_writes import _HoldFirst, combiners
+    from concurrent_writes import combiners, held_first
 
     index.upsert([make_passage(f"Quarterly {d} figures.", doc_id=d) for d in ("a.md", "b.md", "c.md", "d.md")])
     requests = Requests(index, monkeypatch)
-    hold = _HoldFirst(combiners(index))
     board = ["group:board"]
-    calls = [
+    calls: list[Callable[[], None]] = [
         lambda: index.set_acl("acme", "a.md", board, {}),
         lambda: index.set_acl("acme", "b.md", board, {}),
         lambda: index.delete_doc("acme", "c.md"),
         lambda: index.delete_doc("acme", "d.md", listed=["d.md@1#root-1"]),
     ]
-    threads = [threading.Thread(target=c) for c in calls]
-    try:
-        threads[0].start()
-        assert hold.held.wait(30)
-        for t in threads[1:]:
-            t.start()
-        wait_until(lambda: hold.queued() == 3, 10, "the other three calls queued")
-        hold.release.set()
-        for t in threads:
-            t.join(60)
-    finally:
-        hold.restore()
-    assert hold.writes == 2
+    assert held_first(combiners(index), calls) == 2
     # the held round (a.md), then one round for the rest: b.md's and c.md's passages in one search,
     # d.md's listed passage deleted by _id, all three in one `_bulk` with the one forced refresh
     assert requests.calls == ["search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls

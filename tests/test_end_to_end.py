@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import MODEL_PATH
+from conftest import EMBEDDED_LEXICAL, MODEL_PATH
 
 from ragsync.cli import main
 from ragsync.demo import REFUNDS_V1, REFUNDS_V2, build_drive
@@ -87,7 +87,7 @@ def test_sync_ask_revoke_delete_and_as_of(tmp_path: Path, env: dict[str, str]) -
     assert ask(env, leads, salary_q)["answered"] is False
     audit = json.loads(run(env, "audit", "deletions", "--json").output)
     assert [(r["tenant"], r["doc_id"]) for r in audit] == [("acme", "drive:acme/hr/salaries.md")]
-    assert set(audit[0]["removed_at"]) == {"sqlite-fts5", "qdrant-edge", "embedding-cache"}
+    assert set(audit[0]["removed_at"]) == {EMBEDDED_LEXICAL, "qdrant-edge", "embedding-cache"}
     assert audit[0]["passages_removed"] >= 1
 
     # A new version; as of a date before it the old version answers.

@@ -364,6 +364,7 @@ def test_denied_gold_is_not_answerable_and_not_a_leak_when_nothing_is_retrieved(
     question = _q("denied", "When are salary bands reviewed?", [("hr.md", SALARY)], expect="abstain")
     report = _evaluate(store, [question])
     assert report["meta"]["denied_by_design"] == 1 and report["meta"]["answerable"] == 0
+    assert report["meta"]["lexical"] == "sqlite-fts5"  # the store (and engine) the figures come from
     assert report["permissions"]["leak_count"] == 0 and report["passed"]
     assert report["overall"]["loop"]["abstain_rate"] == 1.0
 

@@ -17,7 +17,6 @@ from test_indexing import acl, delete, upsert
 
 from indexer.cache import InProcessCache
 from indexer.deny import SqliteDenySet
-from indexer.ports import DeletionRecord, DocState
 from indexer.propagation import SqlitePropagationLog
 from indexer.sink import IndexSink
 from indexer.sqlite_fts import SqliteLexicalIndex
@@ -71,28 +70,22 @@ class Lexical:
         return getattr(self.inner, name)
 
 
-class States:
-    def __init__(self, inner: SqliteDocStates, seen: Seen) -> None:
-        self.inner, self.seen = inner, seen
+class Noting:
+    """The doc states or the deletion audit: `method` notes `what` (Seen) before the real write."""
 
-    def put(self, state: DocState) -> None:
-        self.seen.note("state")
-        self.inner.put(state)
+    def __init__(self, inner: Any, seen: Seen, method: str, what: str) -> None:
+        self.inner, self.seen, self.method, self.what = inner, seen, method, what
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        real = getattr(self.inner, name)
+        if name != self.method:
+            return real
 
+        def write(*args: Any) -> Any:
+            self.seen.note(self.what)
+            return real(*args)
 
-class Audit:
-    def __init__(self, inner: SqliteDeletionAudit, seen: Seen) -> None:
-        self.inner, self.seen = inner, seen
-
-    def append(self, rec: DeletionRecord) -> None:
-        self.seen.note("audit")
-        self.inner.append(rec)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        return write
 
 
 def build(
@@ -101,8 +94,8 @@ def build(
     deny = SqliteDenySet(tmp_path / "deny.db")
     seen = Seen(deny)
     lexical = Lexical(SqliteLexicalIndex(tmp_path / "lexical.db"), seen, durability, fail)
-    docs = States(SqliteDocStates(tmp_path / "state.db"), seen)
-    audit = Audit(SqliteDeletionAudit(tmp_path / "state.db"), seen)
+    docs = Noting(SqliteDocStates(tmp_path / "state.db"), seen, "put", "state")
+    audit = Noting(SqliteDeletionAudit(tmp_path / "state.db"), seen, "append", "audit")
     sink = IndexSink(lexical, None, None, docs, audit, InProcessCache())  # type: ignore[arg-type]
     propagation = SqlitePropagationLog(tmp_path / "propagation.db")
     indexer = Indexer(sink, tracker=Tracker(deny, propagation), backoff_s=0.01, max_backoff_s=0.01)
@@ -113,12 +106,17 @@ def build(
     return indexer, seen, deny, lexical, propagation
 
 
+@pytest.fixture(params=[acl(2, ("group:hr",)), delete(2)], ids=["revocation", "deletion"])
+def event(request: pytest.FixtureRequest) -> Event:
+    """A revocation or a deletion of the document the setup indexed."""
+    return request.param  # type: ignore[no-any-return]
+
+
 async def consume_then_apply(indexer: Indexer, event: Event) -> None:
     await indexer.deny(record(event))  # the deny agent runs ahead of the applier
     assert await indexer.apply(record(event)) is None
 
 
-@pytest.mark.parametrize("event", [acl(2, ("group:hr",)), delete(2)], ids=["revocation", "deletion"])
 def test_stores_durable_on_write_clear_the_entry_before_the_bookkeeping(tmp_path: Path, event: Event) -> None:
     indexer, seen, deny, _, propagation = build(tmp_path, "write")
     asyncio.run(consume_then_apply(indexer, event))
@@ -132,7 +130,6 @@ def test_stores_durable_on_write_clear_the_entry_before_the_bookkeeping(tmp_path
     )
 
 
-@pytest.mark.parametrize("event", [acl(2, ("group:hr",)), delete(2)], ids=["revocation", "deletion"])
 def test_stores_durable_on_flush_keep_the_entry_until_confirmed(tmp_path: Path, event: Event) -> None:
     indexer, seen, deny, _, propagation = build(tmp_path, "flush")
     asyncio.run(consume_then_apply(indexer, event))

@@ -151,3 +151,62 @@ def test_stores_durable_only_on_flush_are_written_one_after_the_other(tmp_path: 
     vector.hook = lambda what: order.append("vector")
     sink.apply(acl(2, ("group:hr",)))
     assert order == ["lexical", "vector"]
+
+
+def _new_threads(before: set[threading.Thread], *prefixes: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t not in before and t.name.startswith(prefixes)]
+
+
+def test_closing_the_sink_ends_its_side_write_threads(tmp_path: Path) -> None:
+    sink, _, _ = build(tmp_path)
+    before = set(threading.enumerate())
+    sink.apply(acl(2, ("group:hr",)))
+    side = _new_threads(before, "ragsync-side-write")
+    assert side, "the vector store's write ran on a thread of the sink's pool"
+    sink.close()
+    assert [t.name for t in side if t.is_alive()] == []
+
+
+def test_the_faust_indexer_closes_its_sink_and_its_own_pools(tmp_path: Path) -> None:
+    import asyncio
+
+    from test_served_before_bookkeeping import record
+
+    from streams.appliers import Indexer
+
+    sink, _, _ = build(tmp_path)
+    indexer = Indexer(sink, backoff_s=0.01, max_backoff_s=0.01)
+    before = set(threading.enumerate())
+    assert asyncio.run(indexer.apply(record(acl(2, ("group:hr",))))) is None
+    started = _new_threads(before, "ragsync-side-write", "ragsync-access")
+    assert {t.name.rsplit("_", 1)[0] for t in started} == {"ragsync-side-write", "ragsync-access"}, started
+    indexer.close()
+    assert [t.name for t in started if t.is_alive()] == []
+
+
+def test_the_embedded_owner_closes_its_worker_when_it_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragsync.owner import Owner
+    from ragsync.settings import Settings
+    from ragsync.wiring import build_embedded
+    from streams.embedded_worker import EmbeddedWorker
+
+    closed: list[IndexSink] = []
+    real_close = EmbeddedWorker.close
+
+    def close(worker: EmbeddedWorker) -> None:
+        closed.append(worker.sink)
+        real_close(worker)
+
+    monkeypatch.setattr(EmbeddedWorker, "close", close)
+    settings = Settings(home=tmp_path / "home", profile="embedded", session_secret="s" * 32)
+    components = build_embedded(settings, with_embedder=False)
+    owner = Owner(components)
+    try:
+        owner.start()
+        assert owner.wait_idle(30)
+        assert closed == []
+        owner.stop()
+        assert owner.worker is not None and closed == [owner.worker.sink]
+    finally:
+        owner.stop()
+        components.close()

@@ -9,6 +9,7 @@ sync once the scan has published (as when the stores were opened after it).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from ragsync.wiring import build_embedded
 from streams.embedded_worker import GROUP
 
 
-def _drive(tmp_path: Path) -> Path:
+@pytest.fixture
+def drive(tmp_path: Path) -> Path:
+    """Three notes of tenant acme, readable by group:staff."""
     drive = tmp_path / "drive"
     (drive / "acme").mkdir(parents=True)
     (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
@@ -29,78 +32,101 @@ def _drive(tmp_path: Path) -> Path:
     return drive
 
 
-def _components(tmp_path: Path) -> Any:
+@pytest.fixture
+def components(tmp_path: Path) -> Iterator[Any]:
+    """A fresh embedded home's components (no model), closed after the test."""
     settings = Settings(home=tmp_path / "home", profile="embedded", session_secret="s" * 32)
-    return build_embedded(settings, with_embedder=False)
-
-
-def test_the_worker_is_opened_while_the_scan_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    drive = _drive(tmp_path)
-    opened = threading.Event()
-    real_worker, real_publish = pipeline.embedded_worker, pipeline.publish_source
-
-    def worker(components: Any, tracker: Any = None) -> Any:
-        made = real_worker(components, tracker)
-        opened.set()
-        return made
-
-    def publish(*args: Any, **kwargs: Any) -> Any:
-        # Serially (the stores opened after the scan) this waits out its timeout and fails.
-        assert opened.wait(20), "the worker was not opened while the scan ran"
-        return real_publish(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "embedded_worker", worker)
-    monkeypatch.setattr(pipeline, "publish_source", publish)
-    components = _components(tmp_path)
+    components = build_embedded(settings, with_embedder=False)
     try:
-        report = pipeline.sync_folder(components, drive, tenants=["acme"])
-        assert report.scan.upserts == 3
-        assert report.stats is not None and report.stats.applied == 3
-        assert components.events.lag("documents", GROUP) == 0
+        yield components
     finally:
         components.close()
 
 
-def test_a_failed_scan_raises_its_own_error_after_the_opening_settled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    drive = _drive(tmp_path)
-    settled = threading.Event()
+def unopenable(settled: threading.Event | None = None) -> Callable[..., Any]:
+    """An `embedded_worker` whose stores cannot be opened; sets `settled` once it has failed."""
 
     def worker(components: Any, tracker: Any = None) -> Any:
         try:
             raise OSError("the vector shard cannot be opened")
         finally:
-            settled.set()
+            if settled is not None:
+                settled.set()
+
+    return worker
+
+
+class Spied:
+    """The real `embedded_worker`, noting when one was opened and when it was closed."""
+
+    def __init__(self) -> None:
+        self.real = pipeline.embedded_worker
+        self.opened = threading.Event()
+        self.closed: list[bool] = []
+
+    def __call__(self, components: Any, tracker: Any = None) -> Any:
+        made = self.real(components, tracker)
+        real_close = made.close
+        made.close = lambda: self.closed.append(True) or real_close()
+        self.opened.set()
+        return made
+
+
+def test_the_worker_is_opened_while_the_scan_publishes(
+    drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, real_publish = Spied(), pipeline.publish_source
 
     def publish(*args: Any, **kwargs: Any) -> Any:
+        # Serially (the stores opened after the scan) this waits out its timeout and fails.
+        assert worker.opened.wait(20), "the worker was not opened while the scan ran"
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "embedded_worker", worker)
+    monkeypatch.setattr(pipeline, "publish_source", publish)
+    report = pipeline.sync_folder(components, drive, tenants=["acme"])
+    assert report.scan.upserts == 3
+    assert report.stats is not None and report.stats.applied == 3
+    assert components.events.lag("documents", GROUP) == 0
+    assert worker.closed == [True], "the worker (its sink's threads) was not closed once it had drained"
+
+
+def test_a_worker_opened_beside_a_failed_scan_is_closed(
+    drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = Spied()
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        assert worker.opened.wait(20)
         raise RuntimeError("the source went away")
 
     monkeypatch.setattr(pipeline, "embedded_worker", worker)
     monkeypatch.setattr(pipeline, "publish_source", publish)
-    components = _components(tmp_path)
-    try:
-        with pytest.raises(RuntimeError, match="the source went away"):
-            pipeline.sync_folder(components, drive, tenants=["acme"])
-        assert settled.is_set()  # the opener finished before the error reached the caller
-    finally:
-        components.close()
+    with pytest.raises(RuntimeError, match="the source went away"):
+        pipeline.sync_folder(components, drive, tenants=["acme"])
+    assert worker.closed == [True]
+
+
+def test_a_failed_scan_raises_its_own_error_after_the_opening_settled(
+    drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settled = threading.Event()
+
+    def publish(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the source went away")
+
+    monkeypatch.setattr(pipeline, "embedded_worker", unopenable(settled))
+    monkeypatch.setattr(pipeline, "publish_source", publish)
+    with pytest.raises(RuntimeError, match="the source went away"):
+        pipeline.sync_folder(components, drive, tenants=["acme"])
+    assert settled.is_set()  # the opener finished before the error reached the caller
 
 
 def test_a_store_that_cannot_be_opened_fails_the_sync_after_the_scan_published(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    drive: Path, components: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    drive = _drive(tmp_path)
-
-    def worker(components: Any, tracker: Any = None) -> Any:
-        raise OSError("the vector shard cannot be opened")
-
-    monkeypatch.setattr(pipeline, "embedded_worker", worker)
-    components = _components(tmp_path)
-    try:
-        with pytest.raises(OSError, match="cannot be opened"):
-            pipeline.sync_folder(components, drive, tenants=["acme"])
-        # The scan published (its events wait in the log for the next apply); nothing was applied.
-        assert components.events.lag("documents", GROUP) == 3
-    finally:
-        components.close()
+    monkeypatch.setattr(pipeline, "embedded_worker", unopenable())
+    with pytest.raises(OSError, match="cannot be opened"):
+        pipeline.sync_folder(components, drive, tenants=["acme"])
+    # The scan published (its events wait in the log for the next apply); nothing was applied.
+    assert components.events.lag("documents", GROUP) == 3

@@ -2,8 +2,8 @@
 
 Embedded profile: when `ragsync serve` owns the home, a command that reads the stores (ask, status,
 verify, audit deletion) goes through its API; when nobody owns it, the command owns it for as long as it runs; while a
-short-lived owner (a sync applying, another ask) has it, the command waits its turn, saying so
-once. Never a lock traceback: at worst one line naming the owner. The cluster profile has servers
+short-lived owner (a sync scanning and applying, another ask) has it, the command waits its turn,
+saying so once. Never a lock traceback: at worst one line naming the owner. The cluster profile has servers
 any number of processes share, so it opens its adapters directly.
 """
 

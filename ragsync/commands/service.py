@@ -60,7 +60,8 @@ def _check_sources(settings: Settings, sources: list[SourceSettings]) -> None:
 
 
 def _take_home(settings: Settings, command: str, api: str | None) -> HomeLock:
-    """The home's owner lock: waits for a short-lived owner (a sync applying), one line for a long-lived one."""
+    """The home's owner lock: waits for a short-lived owner (a sync scanning and applying), saying so
+    once; one line for a long-lived one."""
     told: list[bool] = []
 
     def wait(owner: OwnerInfo | None) -> bool:

@@ -3,16 +3,19 @@
 The scan only publishes into the event log. Then, on the embedded profile: when the home has an
 owner (`ragsync serve`), the owner applies the events and this command waits until it has (the
 report comes from the journal the owner writes with its offset commits); when it has none, this
-command owns the home while it applies them itself. `--watch` keeps doing that as files change.
+command owns the home from before its scan until it has applied them itself, and opens the stores
+while the scan publishes (`_sync_pass`). `--watch` keeps doing that as files change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -20,10 +23,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from ragsync.commands.common import EXIT_PARTIAL, EXIT_USAGE, declared_tenants, fail, note, settings_of, warn
 from ragsync.home_lock import HomeLock, OwnerInfo, current_owner
-from ragsync.pipeline import Published, apply_events, publish_source, wait_applied
+from ragsync.pipeline import Published, apply_events, publish_and_apply, publish_source, wait_applied
 from ragsync.settings import Settings
 from ragsync.wiring import Components, build
 from streams.dispatch import Stats
+
+if TYPE_CHECKING:
+    from connectors.base import SourceConnector
 
 
 @click.command()
@@ -106,7 +112,6 @@ def sync(
     never deleted); 2 bad usage; 1 a store unreachable, e.g. Kafka down (kafka_connect_timeout_s) or
     events not acknowledged: those are not recorded as synced, and the next sync sends them again.
     """
-    from connectors.base import SourceConnector
     from connectors.drive import DriveConnector
     from connectors.git_wiki import GitWikiConnector
     from connectors.state import HomeFormatError, SourceConflict
@@ -153,9 +158,13 @@ def sync(
         ) as bar:
             scan_task = bar.add_task("scanning", total=None)
             try:
-                published = publish_source(
+                published, stats, dense = _sync_pass(
+                    settings,
                     components,
                     connector,
+                    apply=apply,
+                    no_wait=no_wait,
+                    bar=bar,
                     force=force,
                     on_scan=lambda n: bar.advance(scan_task, n),
                     on_wait=lambda: note("waiting for another scan of this source to finish"),
@@ -163,7 +172,6 @@ def sync(
             except (SourceConflict, HomeFormatError) as exc:
                 bar.stop()
                 fail(str(exc), EXIT_USAGE)
-            stats, dense = _applied(settings, components, published, apply=apply, no_wait=no_wait, bar=bar)
         summary = _summary(published, stats, dense)
         _report(summary, published, as_json)
         if watcher is not None:
@@ -183,6 +191,53 @@ def sync(
         components.close()
     if published.scan.errors and not watch:
         ctx.exit(EXIT_PARTIAL)
+
+
+def _sync_pass(
+    settings: Settings,
+    components: Components,
+    connector: SourceConnector,
+    *,
+    apply: bool,
+    no_wait: bool,
+    bar: Progress | None = None,
+    force: bool = False,
+    allow_deletes: bool = True,
+    on_scan: Callable[[int], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
+) -> tuple[Published, Stats | None, bool | None]:
+    """One scan, and what became of its events (`_applied`'s stats and dense).
+
+    Applying on the embedded profile with no owner: this process owns the home from before the scan
+    to the end of the apply, and opens the worker and its stores while the scan publishes
+    (pipeline.publish_and_apply, as sync_source does). Meanwhile a `ragsync serve` that starts finds
+    the home busy and waits, saying so once ("waiting for `ragsync sync` (pid N) to finish with the
+    stores"), as a command that needs the stores does (ask, eval); both get the home when this pass
+    ends. With an owner (or one that took the home first), the scan only publishes and the owner
+    applies."""
+    if apply and current_owner(settings.home) is None:
+        lock = HomeLock(settings.home)
+        if lock.try_acquire("sync"):
+            try:
+                with _applier(settings, bar) as (applier, advance, backlog):
+                    here, applied = publish_and_apply(
+                        applier,
+                        connector,
+                        force=force,
+                        allow_deletes=allow_deletes,
+                        on_scan=on_scan,
+                        on_wait=on_wait,
+                        on_apply=advance,
+                        on_backlog=backlog,
+                    )
+                    return here, applied, _dense(applier)
+            finally:
+                lock.release()
+    published = publish_source(
+        components, connector, force=force, allow_deletes=allow_deletes, on_scan=on_scan, on_wait=on_wait
+    )
+    stats, dense = _applied(settings, components, published, apply=apply, no_wait=no_wait, bar=bar)
+    return published, stats, dense
 
 
 def _applied(
@@ -230,8 +285,12 @@ def _wait_for(owner: OwnerInfo, components: Components, published: Published, ba
     )
 
 
-def _apply_here(settings: Settings, bar: Progress | None) -> tuple[Stats, bool]:
-    """This process owns the home meanwhile: open the stores, drain the log, close them again."""
+@contextlib.contextmanager
+def _applier(
+    settings: Settings, bar: Progress | None
+) -> Iterator[tuple[Components, Callable[[int], None], Callable[[int], None]]]:
+    """The home's stores for this process, which owns the home meanwhile, with the progress bar's
+    callbacks (applied records, the backlog); closed again at the end."""
     applier = build(settings)
     task = bar.add_task("indexing", total=None, visible=False) if bar is not None else None
 
@@ -244,10 +303,21 @@ def _apply_here(settings: Settings, bar: Progress | None) -> tuple[Stats, bool]:
             bar.update(task, total=n, visible=True)
 
     try:
-        stats = apply_events(applier, on_apply=advance, on_backlog=backlog)
-        return stats, "embedder" in applier.opened() and applier.embedder is not None
+        yield applier, advance, backlog
     finally:
         applier.close()
+
+
+def _dense(applier: Components) -> bool:
+    """Whether the stores were written with vectors (the model was loaded)."""
+    return "embedder" in applier.opened() and applier.embedder is not None
+
+
+def _apply_here(settings: Settings, bar: Progress | None) -> tuple[Stats, bool]:
+    """This process owns the home meanwhile: open the stores, drain the log, close them again."""
+    with _applier(settings, bar) as (applier, advance, backlog):
+        stats = apply_events(applier, on_apply=advance, on_backlog=backlog)
+        return stats, _dense(applier)
 
 
 def _owner_dense(owner: OwnerInfo) -> bool | None:
@@ -343,8 +413,9 @@ def _watch(
                 time.sleep(0.05)
                 continue
             started = time.perf_counter()
-            published = publish_source(components, connector, allow_deletes=kind == "full")
-            stats, dense = _applied(settings, components, published, apply=apply, no_wait=False)
+            published, stats, dense = _sync_pass(
+                settings, components, connector, apply=apply, no_wait=False, allow_deletes=kind == "full"
+            )
             if kind == "full":
                 next_full = time.monotonic() + interval_s
             summary = {"pass": kind, **_summary(published, stats, dense)}

@@ -46,6 +46,7 @@ def build_report(
             "denied_by_design": sum(1 for r in results if r.gold_denied),
             "k": gates.k,
             "dense_enabled": ctx.dense_enabled,
+            "lexical": ctx.lexical.name,  # the store and, embedded, its engine (sqlite-fts5 / sqlite-tantivy)
             "model": ctx.model.name,
             "settings": {
                 "top_k": s.k,
