@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""A learned overlap reader for the extractive model, leave one set out (issue 23 items 2 and 4).
+
+query.reader scores each candidate sentence as `bias + weights . features` (meaning, the best cosine to
+one sentence of the question, word and focus coverage, the passage's rank, the question kind against the
+sentence's form, the focus as subject, the meaning gap to the closest sentence). For each evaluation set,
+the weights are learned on the other sets' recorded first turns (bench/answer_turns.py) by an L2-regularised
+logistic regression (Newton steps, deterministic): a sentence holding part of a gold quote is a positive,
+every other candidate of an answerable question and every candidate of an abstain question a negative, each
+question's positives and negatives weighing one each. The threshold and `min_meaning` are then chosen on the
+same training sets as bench/answer_rule.py chooses its constants: every training abstain question
+(unanswerable or denied) abstains, then the best mean single-search grounded rate, ties to the stricter
+choice. The replay is the model's own code (query.extractive.reader_rank, lead_to_answers, named_first,
+choose), and `--final` runs `ragsync eval`'s harness (loop of up to 3 searches, the four citation checks,
+permissions, leaks) per set under the held-out reader, the reader learned on all sets ("tuned"), and the
+model's current defaults ("current").
+
+    python3 bench/answer_reader.py --variant ci [--final]   # -> bench/results/answer-reader-ci.json
+
+Needs each set's home (eval/<set>/run.sh [--ci]); turns are cached in eval/<set>/build/<variant>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from answer_turns import Turn, load_or_collect  # noqa: E402
+from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
+from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
+
+from query.extractive import Candidate, ExtractiveModel, choose, lead_to_answers, named_first, reader_rank  # noqa: E402
+from query.reader import FEATURES, ReaderWeights, features, question_context  # noqa: E402
+from query.sentences import content_terms  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+THRESHOLDS = tuple(round(-4.0 + 0.1 * i, 1) for i in range(81))
+MEANINGS = (0.3, 0.35, 0.4, 0.45)
+L2 = 1.0
+"""The regulariser on the standardised weights (a design constant: about one question's weight)."""
+
+
+@dataclass(frozen=True, order=True)
+class Choice:
+    """A reader (weights learned on some sets) with its threshold and meaning gate."""
+
+    threshold: float
+    min_meaning: float
+    weights: tuple[float, ...]
+    bias: float
+    features: tuple[str, ...] = FEATURES
+
+    @property
+    def reader(self) -> ReaderWeights:
+        return ReaderWeights(self.weights, self.bias, self.threshold)
+
+    def label(self) -> str:
+        w = ", ".join(f"{n} {v:+.2f}" for n, v in zip(FEATURES, self.weights, strict=True) if v)
+        return f"threshold {self.threshold}, meaning>={self.min_meaning}, bias {self.bias:+.2f}, {w}"
+
+
+def _whole(t: Turn) -> list[frozenset[str]]:
+    return [content_terms(f"{ev.title} {ev.heading} {ev.text}") for ev in t.evidence]
+
+
+def training_rows(turns: Sequence[Turn]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, labels, sample weights) over every candidate sentence of `turns`."""
+    xs: list[tuple[float, ...]] = []
+    ys: list[float] = []
+    ws: list[float] = []
+    for t in turns:
+        if t.read_as is None or not t.candidates:
+            continue
+        kinds, focus = question_context(t.read_as, _whole(t))
+        rows = features(t.candidates, len(t.evidence), kinds, focus)
+        labels = [0.0 if t.abstain else float(s.gold_sentence) for s in t.sentences]
+        pos = sum(labels)
+        neg = len(labels) - pos
+        for row, y in zip(rows, labels, strict=True):
+            xs.append(row)
+            ys.append(y)
+            ws.append(1.0 / pos if y else 1.0 / neg)
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys), np.asarray(ws)
+
+
+def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, mask: Sequence[bool]) -> tuple[tuple[float, ...], float]:
+    """L2-regularised logistic regression by Newton steps on standardised features (those `mask` keeps);
+    returned as raw weights (0 for a dropped feature) and bias, so the score needs no standardising."""
+    keep = np.asarray(mask, dtype=bool)
+    xk = x[:, keep]
+    mu, sd = xk.mean(axis=0), xk.std(axis=0) + 1e-9
+    z = np.hstack([(xk - mu) / sd, np.ones((len(xk), 1))])
+    beta = np.zeros(z.shape[1])
+    reg = np.full(z.shape[1], L2)
+    reg[-1] = 0.0
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-(z @ beta)))
+        grad = z.T @ (w * (p - y)) + reg * beta
+        hess = (z * (w * p * (1 - p))[:, None]).T @ z + np.diag(reg)
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    raw = beta[:-1] / sd
+    bias = float(beta[-1] - (raw * mu).sum())
+    full = np.zeros(len(mask))
+    full[keep] = raw
+    return tuple(round(float(v), 4) for v in full), round(bias, 4)
+
+
+_RANKED: dict[tuple[str, str, tuple[float, ...], float], tuple[list[Candidate], bool]] = {}
+
+
+def ranked(t: Turn, reader: ReaderWeights) -> tuple[list[Candidate], bool]:
+    """The turn's candidates as the model with this reader ranks them, and whether the best one's passage
+    names the question's names (query.extractive.answer: otherwise it abstains)."""
+    key = (t.set, t.id, reader.weights, reader.bias)
+    if key not in _RANKED:
+        assert t.read_as is not None
+        led = lead_to_answers(reader_rank(t.read_as, t.candidates, t.evidence, reader), t.evidence)
+        first = named_first(t.read_as, led, t.evidence)
+        _RANKED[key] = (first if first is not None else led, first is not None)
+    return _RANKED[key]
+
+
+@dataclass(frozen=True)
+class Figures:
+    answerable: int
+    grounded: int
+    answered: int
+    abstain: int
+    abstained: int
+    answered_abstain: tuple[str, ...]
+
+    @property
+    def rate(self) -> float:
+        return self.grounded / self.answerable if self.answerable else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "grounded_single": round(self.rate, 4),
+            "answered_single": round(self.answered / self.answerable, 4) if self.answerable else 0.0,
+            "abstained": f"{self.abstained}/{self.abstain}",
+            "answered_abstain_questions": list(self.answered_abstain),
+        }
+
+
+def figures(turns: Sequence[Turn], c: Choice) -> Figures:
+    grounded = answered = abstained = 0
+    wrong: list[str] = []
+    for t in turns:
+        cited: list[Candidate] = []
+        if t.read_as is not None and t.candidates:
+            order, named = ranked(t, c.reader)
+            cited = choose(order, c.min_meaning, c.threshold, 0.0) if named else []
+        if t.abstain:
+            if cited:
+                wrong.append(t.id)
+            else:
+                abstained += 1
+            continue
+        if cited:
+            answered += 1
+            gold = {s.passage_id for s in t.sentences if s.gold_passage}
+            grounded += any(x.evidence.passage_id in gold for x in cited)
+    n = sum(1 for t in turns if not t.abstain)
+    return Figures(n, grounded, answered, len(turns) - n, abstained, tuple(wrong))
+
+
+class Infeasible(Exception):
+    pass
+
+
+def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], mask: Sequence[bool]) -> Choice:
+    """Weights learned on `train`, then the threshold and meaning gate chosen there."""
+    x, y, w = training_rows([t for s in train for t in turns[s]])
+    weights, bias = fit(x, y, w, mask)
+    best: tuple[Any, ...] | None = None
+    for meaning in MEANINGS:
+        for threshold in THRESHOLDS:
+            c = Choice(threshold, meaning, weights, bias)
+            figs = [figures(turns[s], c) for s in train]
+            if any(f.abstained != f.abstain for f in figs):
+                continue
+            key = (round(sum(f.rate for f in figs) / len(figs), 6), threshold, meaning)
+            if best is None or key > best[0]:
+                best = (key, c)
+    if best is None:
+        raise Infeasible(f"no threshold abstains on every abstain question of {list(train)}")
+    chosen: Choice = best[1]
+    return chosen
+
+
+def by_type(turns: Sequence[Turn], c: Choice) -> dict[str, Any]:
+    types = sorted({t.type for t in turns if not t.abstain})
+    return {ty: figures([t for t in turns if t.type == ty], c).as_dict() for ty in types}
+
+
+def protocol(turns: Mapping[str, Sequence[Turn]], mask: Sequence[bool]) -> dict[str, Any]:
+    sets = list(turns)
+    tuned, held = held_out(sets, lambda train: learn(turns, train, mask))
+    out: dict[str, Any] = {"tuned_on_all": tuned.label(), "tuned": tuned, "sets": {}}
+    for s in sets:
+        out["sets"][s] = {
+            "held_out_reader": held[s].label(),
+            "held_out_choice": held[s],
+            "held_out": figures(turns[s], held[s]).as_dict(),
+            "tuned": figures(turns[s], tuned).as_dict(),
+            "held_out_by_type": by_type(turns[s], held[s]),
+        }
+    return out
+
+
+def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping[str, Mapping[str, Any]]) -> Any:
+    """`ragsync eval`'s harness per set: the model with each role's reader, or the current defaults (None)."""
+
+    def evaluate(components: Any, ctx: Any, questions: Any, c: Choice | str) -> dict[str, Any]:
+        from ranking import summary
+
+        from ragsync.evaluation import Gates, run_eval
+
+        if isinstance(c, Choice):
+            model = ExtractiveModel(ctx.model.embedder, min_meaning=c.min_meaning, reader=c.reader)
+        else:
+            model = ExtractiveModel(ctx.model.embedder, reader=None)
+        report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
+        out: dict[str, Any] = summary(report, [0.0]) | {
+            "by_type": by_type_figures(report, ("n", "fused", "grounded_loop", "grounded_single")),
+            "abstain_rate": report["overall"]["loop"]["abstain_rate"],
+            "miss_stages": report.get("miss_stages"),
+        }
+        for k in ("rank_ms_p50", "rank_ms_p95"):
+            out.pop(k, None)
+        return out
+
+    return run_final(
+        variant,
+        sets,
+        homes,
+        chosen,
+        secret="answer-reader-",
+        evaluate=evaluate,
+        describe=lambda c: {"reader": c.label() if isinstance(c, Choice) else c},
+        shown="loop",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
+    parser.add_argument("--variant", choices=("full", "ci"), default="full")
+    parser.add_argument("--refresh", action="store_true", help="record the turns again")
+    parser.add_argument("--final", action="store_true", help="then run the full evaluation under each choice")
+    parser.add_argument("--final-roles", nargs="+", choices=("held_out", "tuned", "current"), default=["held_out"])
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-reader[-ci].json")
+    add_homes_option(parser)
+    args = parser.parse_args()
+    started, load_start = time.perf_counter(), os.getloadavg()
+    turns = {}
+    for s in args.sets:
+        base, home = set_paths(s, args.variant, args.homes)
+        turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
+    everything = [True] * len(FEATURES)
+    proto = protocol(turns, everything)
+    levers: dict[str, Any] = {}
+    for i, name in enumerate(FEATURES):
+        mask = [j != i for j in range(len(FEATURES))]
+        try:
+            p = protocol(turns, mask)
+        except Infeasible as e:
+            levers[f"without {name}"] = {"infeasible": str(e)}
+            continue
+        levers[f"without {name}"] = {s: {"reader": v["held_out_reader"], **v["held_out"]} for s, v in p["sets"].items()}
+    report: dict[str, Any] = {
+        "benchmark": "a learned overlap reader (query.reader) chosen leave one set out (single search replay)",
+        "variant": args.variant,
+        "features": list(FEATURES),
+        "selection": "weights: logistic regression on the training sets' candidate sentences (gold quote: "
+        "positive), L2 1.0 on standardised features; threshold and min_meaning: every training abstain "
+        "question abstains, max mean single-search grounded rate, ties to the stricter",
+        "tuned_on_all": proto["tuned_on_all"],
+        "tuned_reader": {"weights": list(proto["tuned"].weights), "bias": proto["tuned"].bias,
+                         "threshold": proto["tuned"].threshold, "min_meaning": proto["tuned"].min_meaning},
+        "sets": {s: {k: v for k, v in d.items() if k != "held_out_choice"} for s, d in proto["sets"].items()},
+        "held_out_without_each_feature": levers,
+    }  # fmt: skip
+    for s, v in report["sets"].items():
+        print(f"{s:16s} held out {v['held_out']} | tuned {v['tuned']['grounded_single']}  [{v['held_out_reader']}]")
+    if args.final:
+        roles = {
+            "held_out": lambda s: proto["sets"][s]["held_out_choice"],
+            "tuned": lambda s: proto["tuned"],
+            "current": lambda s: "current defaults",
+        }
+        chosen = {s: {role: roles[role](s) for role in args.final_roles} for s in args.sets}
+        report["final"] = final(args.variant, args.sets, args.homes, chosen)
+    report["loadavg_start"] = load_start
+    report["loadavg_end"] = os.getloadavg()
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    out = args.out or RESULTS / f"answer-reader{'-ci' if args.variant == 'ci' else ''}.json"
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
