@@ -42,7 +42,16 @@ from answer_turns import Turn, load_or_collect  # noqa: E402
 from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
 from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
 
-from query.extractive import Candidate, ExtractiveModel, choose, lead_to_answers, named_first, reader_rank  # noqa: E402
+from query.extractive import (  # noqa: E402
+    READINGS,
+    Candidate,
+    ExtractiveModel,
+    choose,
+    lead_to_answers,
+    named_first,
+    reader_rank,
+    reread,
+)
 from query.reader import FEATURES, ReaderWeights, features, question_context  # noqa: E402
 from query.sentences import content_terms  # noqa: E402
 
@@ -61,7 +70,9 @@ class Choice:
     min_meaning: float
     weights: tuple[float, ...]
     bias: float
-    features: tuple[str, ...] = FEATURES
+    decide_only: bool = False
+    """The reader decides whether the best sentence of the current model (its base score and readings) answers,
+    and quotes nothing of its own choosing (a lever; the model's code reorders by the reader)."""
 
     @property
     def reader(self) -> ReaderWeights:
@@ -69,15 +80,17 @@ class Choice:
 
     def label(self) -> str:
         w = ", ".join(f"{n} {v:+.2f}" for n, v in zip(FEATURES, self.weights, strict=True) if v)
-        return f"threshold {self.threshold}, meaning>={self.min_meaning}, bias {self.bias:+.2f}, {w}"
+        mode = ", decides only" if self.decide_only else ""
+        return f"threshold {self.threshold}, meaning>={self.min_meaning}{mode}, bias {self.bias:+.2f}, {w}"
 
 
 def _whole(t: Turn) -> list[frozenset[str]]:
     return [content_terms(f"{ev.title} {ev.heading} {ev.text}") for ev in t.evidence]
 
 
-def training_rows(turns: Sequence[Turn]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(features, labels, sample weights) over every candidate sentence of `turns`."""
+def training_rows(turns: Sequence[Turn], by_passage: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, labels, sample weights) over every candidate sentence of `turns`; a positive is a sentence
+    holding part of a gold quote (`by_passage`: any sentence of a gold passage)."""
     xs: list[tuple[float, ...]] = []
     ys: list[float] = []
     ws: list[float] = []
@@ -86,7 +99,7 @@ def training_rows(turns: Sequence[Turn]) -> tuple[np.ndarray, np.ndarray, np.nda
             continue
         kinds, focus = question_context(t.read_as, _whole(t))
         rows = features(t.candidates, len(t.evidence), kinds, focus)
-        labels = [0.0 if t.abstain else float(s.gold_sentence) for s in t.sentences]
+        labels = [0.0 if t.abstain else float(s.gold_passage if by_passage else s.gold_sentence) for s in t.sentences]
         pos = sum(labels)
         neg = len(labels) - pos
         for row, y in zip(rows, labels, strict=True):
@@ -121,18 +134,28 @@ def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, mask: Sequence[bool]) -> tu
     return tuple(round(float(v), 4) for v in full), round(bias, 4)
 
 
-_RANKED: dict[tuple[str, str, tuple[float, ...], float], tuple[list[Candidate], bool]] = {}
+_RANKED: dict[tuple[str, str, tuple[float, ...], float, bool], tuple[list[Candidate], bool]] = {}
 
 
-def ranked(t: Turn, reader: ReaderWeights) -> tuple[list[Candidate], bool]:
+def ranked(t: Turn, reader: ReaderWeights, decide_only: bool = False) -> tuple[list[Candidate], bool]:
     """The turn's candidates as the model with this reader ranks them, and whether the best one's passage
-    names the question's names (query.extractive.answer: otherwise it abstains)."""
-    key = (t.set, t.id, reader.weights, reader.bias)
+    names the question's names (query.extractive.answer: otherwise it abstains). `decide_only`: in the
+    current model's order (base score, lead, names first, readings), each scored by the reader."""
+    key = (t.set, t.id, reader.weights, reader.bias, decide_only)
     if key not in _RANKED:
         assert t.read_as is not None
-        led = lead_to_answers(reader_rank(t.read_as, t.candidates, t.evidence, reader), t.evidence)
-        first = named_first(t.read_as, led, t.evidence)
-        _RANKED[key] = (first if first is not None else led, first is not None)
+        scored = reader_rank(t.read_as, t.candidates, t.evidence, reader)
+        if decide_only:
+            by_pos = {(c.order, c.index): c.score for c in scored}
+            base = lead_to_answers(t.candidates, t.evidence)
+            first = named_first(t.read_as, base, t.evidence)
+            order = reread(t.read_as, first if first is not None else base, t.evidence, READINGS)
+            order = [replace(c, score=by_pos[(c.order, c.index)]) for c in order]
+        else:
+            order = lead_to_answers(scored, t.evidence)
+            first = named_first(t.read_as, order, t.evidence)
+            order = first if first is not None else order
+        _RANKED[key] = (order, first is not None)
     return _RANKED[key]
 
 
@@ -164,7 +187,7 @@ def figures(turns: Sequence[Turn], c: Choice) -> Figures:
     for t in turns:
         cited: list[Candidate] = []
         if t.read_as is not None and t.candidates:
-            order, named = ranked(t, c.reader)
+            order, named = ranked(t, c.reader, c.decide_only)
             cited = choose(order, c.min_meaning, c.threshold, 0.0) if named else []
         if t.abstain:
             if cited:
@@ -184,14 +207,23 @@ class Infeasible(Exception):
     pass
 
 
-def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], mask: Sequence[bool]) -> Choice:
+@dataclass(frozen=True)
+class Variant:
+    """How a reader is learned and used (the design; each measured held out)."""
+
+    mask: tuple[bool, ...] = (True,) * len(FEATURES)
+    by_passage: bool = False
+    decide_only: bool = False
+
+
+def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], v: Variant) -> Choice:
     """Weights learned on `train`, then the threshold and meaning gate chosen there."""
-    x, y, w = training_rows([t for s in train for t in turns[s]])
-    weights, bias = fit(x, y, w, mask)
+    x, y, w = training_rows([t for s in train for t in turns[s]], v.by_passage)
+    weights, bias = fit(x, y, w, v.mask)
     best: tuple[Any, ...] | None = None
     for meaning in MEANINGS:
         for threshold in THRESHOLDS:
-            c = Choice(threshold, meaning, weights, bias)
+            c = Choice(threshold, meaning, weights, bias, v.decide_only)
             figs = [figures(turns[s], c) for s in train]
             if any(f.abstained != f.abstain for f in figs):
                 continue
@@ -209,9 +241,9 @@ def by_type(turns: Sequence[Turn], c: Choice) -> dict[str, Any]:
     return {ty: figures([t for t in turns if t.type == ty], c).as_dict() for ty in types}
 
 
-def protocol(turns: Mapping[str, Sequence[Turn]], mask: Sequence[bool]) -> dict[str, Any]:
+def protocol(turns: Mapping[str, Sequence[Turn]], v: Variant) -> dict[str, Any]:
     sets = list(turns)
-    tuned, held = held_out(sets, lambda train: learn(turns, train, mask))
+    tuned, held = held_out(sets, lambda train: learn(turns, train, v))
     out: dict[str, Any] = {"tuned_on_all": tuned.label(), "tuned": tuned, "sets": {}}
     for s in sets:
         out["sets"][s] = {
@@ -273,17 +305,26 @@ def main() -> None:
     for s in args.sets:
         base, home = set_paths(s, args.variant, args.homes)
         turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
-    everything = [True] * len(FEATURES)
-    proto = protocol(turns, everything)
+    proto = protocol(turns, Variant())
+    variants = {
+        f"without {name}": Variant(mask=tuple(j != i for j in range(len(FEATURES)))) for i, name in enumerate(FEATURES)
+    }
+    variants["labels: every sentence of a gold passage"] = Variant(by_passage=True)
+    variants["the reader decides only (the current model chooses the quote)"] = Variant(decide_only=True)
     levers: dict[str, Any] = {}
-    for i, name in enumerate(FEATURES):
-        mask = [j != i for j in range(len(FEATURES))]
+    for name, variant in variants.items():
         try:
-            p = protocol(turns, mask)
+            p = protocol(turns, variant)
         except Infeasible as e:
-            levers[f"without {name}"] = {"infeasible": str(e)}
+            levers[name] = {"infeasible": str(e)}
             continue
-        levers[f"without {name}"] = {s: {"reader": v["held_out_reader"], **v["held_out"]} for s, v in p["sets"].items()}
+        levers[name] = {s: {"reader": v["held_out_reader"], **v["held_out"]} for s, v in p["sets"].items()}
+        print(
+            f"{name}: "
+            + ", ".join(
+                f"{s} {v['held_out']['grounded_single']} ({v['held_out']['abstained']})" for s, v in p["sets"].items()
+            )
+        )
     report: dict[str, Any] = {
         "benchmark": "a learned overlap reader (query.reader) chosen leave one set out (single search replay)",
         "variant": args.variant,
@@ -295,7 +336,7 @@ def main() -> None:
         "tuned_reader": {"weights": list(proto["tuned"].weights), "bias": proto["tuned"].bias,
                          "threshold": proto["tuned"].threshold, "min_meaning": proto["tuned"].min_meaning},
         "sets": {s: {k: v for k, v in d.items() if k != "held_out_choice"} for s, d in proto["sets"].items()},
-        "held_out_without_each_feature": levers,
+        "held_out_levers": levers,
     }  # fmt: skip
     for s, v in report["sets"].items():
         print(f"{s:16s} held out {v['held_out']} | tuned {v['tuned']['grounded_single']}  [{v['held_out_reader']}]")
