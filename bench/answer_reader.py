@@ -134,6 +134,40 @@ def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, mask: Sequence[bool]) -> tu
     return tuple(round(float(v), 4) for v in full), round(bias, 4)
 
 
+def fit_listwise(turns: Sequence[Turn], mask: Sequence[bool], steps: int = 400) -> tuple[tuple[float, ...], float]:
+    """The same features fitted to pick the gold sentence among each answerable question's candidates: a
+    conditional logit (softmax over a question's candidates; the positives' share is the likelihood), L2 on
+    standardised weights, plain gradient steps (deterministic). No bias: a softmax cannot see one, so the
+    threshold is chosen on the scores' own scale."""
+    keep = np.asarray(mask, dtype=bool)
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []
+    for t in turns:
+        if t.abstain or t.read_as is None or not t.candidates:
+            continue
+        y = np.asarray([float(x.gold_sentence) for x in t.sentences])
+        if y.sum() == 0 or y.sum() == len(y):
+            continue
+        kinds, focus = question_context(t.read_as, _whole(t))
+        blocks.append((np.asarray(features(t.candidates, len(t.evidence), kinds, focus))[:, keep], y))
+    x = np.vstack([b for b, _ in blocks])
+    mu, sd = x.mean(axis=0), x.std(axis=0) + 1e-9
+    zs = [((b - mu) / sd, y) for b, y in blocks]
+    beta = np.zeros(x.shape[1])
+    for _ in range(steps):
+        grad = L2 * beta
+        for z, y in zs:
+            s = z @ beta
+            e = np.exp(s - s.max())
+            p = e / e.sum()
+            r = e * y / (e * y).sum()
+            grad += z.T @ (p - r)
+        beta -= 0.5 * grad / len(zs)
+    raw = beta / sd
+    full = np.zeros(len(mask))
+    full[keep] = raw
+    return tuple(round(float(v), 4) for v in full), 0.0
+
+
 _RANKED: dict[tuple[str, str, tuple[float, ...], float, bool], tuple[list[Candidate], bool]] = {}
 
 
@@ -214,15 +248,21 @@ class Variant:
     mask: tuple[bool, ...] = (True,) * len(FEATURES)
     by_passage: bool = False
     decide_only: bool = False
+    listwise: bool = False
 
 
 def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], v: Variant) -> Choice:
     """Weights learned on `train`, then the threshold and meaning gate chosen there."""
-    x, y, w = training_rows([t for s in train for t in turns[s]], v.by_passage)
-    weights, bias = fit(x, y, w, v.mask)
+    if v.listwise:
+        weights, bias = fit_listwise([t for s in train for t in turns[s]], v.mask)
+        thresholds = _scale(turns, train, ReaderWeights(weights, bias, 0.0), v.decide_only)
+    else:
+        x, y, w = training_rows([t for s in train for t in turns[s]], v.by_passage)
+        weights, bias = fit(x, y, w, v.mask)
+        thresholds = THRESHOLDS
     best: tuple[Any, ...] | None = None
     for meaning in MEANINGS:
-        for threshold in THRESHOLDS:
+        for threshold in thresholds:
             c = Choice(threshold, meaning, weights, bias, v.decide_only)
             figs = [figures(turns[s], c) for s in train]
             if any(f.abstained != f.abstain for f in figs):
@@ -234,6 +274,14 @@ def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], v: Variant)
         raise Infeasible(f"no threshold abstains on every abstain question of {list(train)}")
     chosen: Choice = best[1]
     return chosen
+
+
+def _scale(
+    turns: Mapping[str, Sequence[Turn]], train: Sequence[str], r: ReaderWeights, decide: bool
+) -> tuple[float, ...]:
+    """Thresholds on a listwise reader's own scale: every percentile of the training questions' best scores."""
+    tops = [ranked(t, r, decide)[0][0].score for s in train for t in turns[s] if t.read_as is not None and t.candidates]
+    return tuple(sorted({round(float(q), 3) for q in np.percentile(tops, np.arange(0, 101))}))
 
 
 def by_type(turns: Sequence[Turn], c: Choice) -> dict[str, Any]:
@@ -298,6 +346,8 @@ def main() -> None:
     parser.add_argument("--final", action="store_true", help="then run the full evaluation under each choice")
     parser.add_argument("--final-roles", nargs="+", choices=("held_out", "tuned", "current"), default=["held_out"])
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-reader[-ci].json")
+    parser.add_argument("--listwise", action="store_true", help="the conditional logit as the design")
+    parser.add_argument("--no-levers", action="store_true", help="skip the per-feature levers")
     add_homes_option(parser)
     args = parser.parse_args()
     started, load_start = time.perf_counter(), os.getloadavg()
@@ -305,12 +355,19 @@ def main() -> None:
     for s in args.sets:
         base, home = set_paths(s, args.variant, args.homes)
         turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
-    proto = protocol(turns, Variant())
+    proto = protocol(turns, Variant(listwise=args.listwise))
     variants = {
         f"without {name}": Variant(mask=tuple(j != i for j in range(len(FEATURES)))) for i, name in enumerate(FEATURES)
     }
     variants["labels: every sentence of a gold passage"] = Variant(by_passage=True)
-    variants["the reader decides only (the current model chooses the quote)"] = Variant(decide_only=True)
+    variants["the reader decides only (the current model chooses the quote)"] = Variant(
+        decide_only=True, listwise=args.listwise
+    )
+    variants["pointwise logistic" if args.listwise else "listwise (conditional logit)"] = Variant(
+        listwise=not args.listwise
+    )
+    if args.no_levers:
+        variants = {k: v for k, v in variants.items() if "decides only" in k}
     levers: dict[str, Any] = {}
     for name, variant in variants.items():
         try:
