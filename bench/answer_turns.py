@@ -75,6 +75,7 @@ def collect(name: str, base: Path, home: Path, model_path: Path) -> list[Turn]:
         worker = components.query_worker()
         model = worker.model
         assert isinstance(model, ExtractiveModel)
+        model.asks = True  # record each question sentence's cosines too (query.reader's `ask`)
         if model.embedder is None:  # the coverage-only fallback would be recorded as if it were the model
             sys.exit(f"{name}: the embedder did not load (RAGSYNC_EMBED_MODEL_PATH?)")
         out: list[Turn] = []

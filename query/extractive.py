@@ -57,6 +57,7 @@ import numpy as np
 from indexer.ports import Embedder
 from query.answer_form import FormWeights, about_question, bonuses, passage_support
 from query.ports import TOOL_SEARCH, TOOL_SUBMIT, Evidence, ModelTurn, ToolCall
+from query.reader import ReaderWeights, question_context, scores
 from query.reading import (
     answer_kinds_met,
     asked_kinds,
@@ -69,6 +70,7 @@ from query.reading import (
 )
 from query.restated import leads
 from query.sentences import QUESTION_WORDS, content_terms, embedding_text, is_pointer, named_terms, sentences
+from schemas.sentences import split_sentences
 from schemas.text import query_terms
 
 W_MEANING = 1.0
@@ -104,6 +106,9 @@ class Candidate:
     """The share of the question's weight the sentence covers (query.reading.focus_coverage)."""
     index: int = 0
     """The sentence's place among its passage's quotable sentences (its neighbours: query.answer_form)."""
+    ask: float = 0.0
+    """The best cosine of the sentence to any one sentence of a question of two or more, else its meaning
+    (query.reader's `ask`)."""
 
 
 def _is_row(line: str) -> bool:
@@ -190,6 +195,19 @@ def reread(question: str, ranked: Sequence[Candidate], evidence: Sequence[Eviden
     return out
 
 
+def reader_rank(
+    question: str, ranked: Sequence[Candidate], evidence: Sequence[Evidence], reader: ReaderWeights
+) -> list[Candidate]:
+    """The candidates scored by a learned reader (query.reader) instead of the base score, best first
+    (ties: earlier passage, then earlier sentence)."""
+    kinds, focus = question_context(question, [content_terms(_whole(ev)) for ev in evidence])
+    out = [
+        replace(c, score=s) for c, s in zip(ranked, scores(reader, ranked, len(evidence), kinds, focus), strict=True)
+    ]
+    out.sort(key=lambda c: (-c.score, c.order, c.index))
+    return out
+
+
 def _folded(ev: Evidence) -> str:
     return " ".join(f"{ev.title} {ev.heading} {ev.text}".split()).casefold()
 
@@ -263,6 +281,7 @@ class ExtractiveModel:
         max_claims: int = 2,
         form: FormWeights = READINGS,
         lead: bool = LEAD,
+        reader: ReaderWeights | None = None,
     ) -> None:
         self.embedder = embedder
         self.min_coverage = min_coverage
@@ -274,17 +293,25 @@ class ExtractiveModel:
         self.max_claims = max_claims
         self.form = form
         self.lead = lead
+        self.reader = reader
+        """A learned reader (query.reader): when set, it scores every candidate and its threshold replaces
+        `min_score`; query.answer_form's readings are among its features, so `form` is not applied again."""
+        self.asks = reader is not None
+        """Whether to embed each sentence of a question of two or more (the reader's `ask`; one query embedding
+        per sentence): on with a reader, and for recording candidates (bench/answer_turns.py)."""
 
     def candidates(self, question: str, evidence: Sequence[Evidence]) -> list[Candidate]:
         """Every quotable sentence of the evidence, best first (ties: earlier passage, then earlier sentence)."""
         base = self.base_candidates(question, evidence)
         if self.embedder is None:
             return base
+        if self.reader is not None:
+            base = reader_rank(question, base, evidence, self.reader)
         led = lead_to_answers(base, evidence) if self.lead else base
         if self.name_rule and self.name_fall_through:
             # The readings lift the best sentence of a passage about the case the question names.
             led = named_first(question, led, evidence) or led
-        return reread(question, led, evidence, self.form)
+        return led if self.reader is not None else reread(question, led, evidence, self.form)
 
     def cite(self, question: str, evidence: Sequence[Evidence]) -> list[Candidate]:
         """The sentences to cite, best first, or [] to abstain."""
@@ -316,23 +343,31 @@ class ExtractiveModel:
                 items.append((order, index, ev, sentence, coverage, focus_coverage(weights, covered)))
         if not items:
             return []
-        meanings = self._meanings(question, [(ev.heading, sentence) for _, _, ev, sentence, _, _ in items])
+        meanings, asks = self._meanings(question, [(ev.heading, sentence) for _, _, ev, sentence, _, _ in items])
         n = max(len(evidence), 1)
         ranked = []
-        for (order, index, ev, sentence, coverage, focus), meaning in zip(items, meanings, strict=True):
+        for (order, index, ev, sentence, coverage, focus), meaning, ask in zip(items, meanings, asks, strict=True):
             prior = 1.0 - order / n
             score = coverage if self.embedder is None else W_MEANING * meaning + W_WORDS * coverage + W_RANK * prior
-            ranked.append(Candidate(round(score, 6), meaning, coverage, order, ev, sentence, focus, index))
+            ranked.append(Candidate(round(score, 6), meaning, coverage, order, ev, sentence, focus, index, ask))
         ranked.sort(key=lambda c: (-c.score, c.order))
         return ranked
 
-    def _meanings(self, question: str, pairs: list[tuple[str, str]]) -> list[float]:
+    def _meanings(self, question: str, pairs: list[tuple[str, str]]) -> tuple[list[float], list[float]]:
+        """Each sentence's cosine to the question and its best cosine to any one of the question's sentences
+        (the question's own cosine when it is one sentence: query.reader's `ask`)."""
         if self.embedder is None:
-            return [0.0] * len(pairs)
+            return [0.0] * len(pairs), [0.0] * len(pairs)
         texts = [embedding_text(heading, sentence) for heading, sentence in pairs]
         q = np.asarray(self.embedder.embed_query(question), dtype=np.float32)
         rows = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-        return [float(x) for x in rows @ q]
+        whole = rows @ q
+        parts = split_sentences(question)
+        if len(parts) < 2 or not self.asks:
+            return [float(x) for x in whole], [float(x) for x in whole]
+        qs = np.stack([np.asarray(self.embedder.embed_query(p), dtype=np.float32).reshape(-1) for p in parts])
+        best = np.maximum((rows @ qs.T).max(axis=1), whole)
+        return [float(x) for x in whole], [float(x) for x in best]
 
     def _good(self, question: str, ranked: list[Candidate], evidence: Sequence[Evidence]) -> list[Candidate]:
         if self.embedder is None:
@@ -340,11 +375,10 @@ class ExtractiveModel:
             # Further claims must cover the question nearly as well as the best one, so a
             # neighbouring table row or sentence that merely shares words is not cited.
             return [c for c in good if c.coverage >= good[0].coverage * 0.9] if good else []
+        min_score = self.min_score if self.reader is None else self.reader.threshold
         if not self.name_rule:
-            return choose(ranked, self.min_meaning, self.min_score, self.min_focus)
-        return answer(
-            question, ranked, evidence, self.min_meaning, self.min_score, self.min_focus, self.name_fall_through
-        )
+            return choose(ranked, self.min_meaning, min_score, self.min_focus)
+        return answer(question, ranked, evidence, self.min_meaning, min_score, self.min_focus, self.name_fall_through)
 
     @staticmethod
     def unmentioned_names(question: str, evidence: Sequence[Evidence]) -> list[str]:
