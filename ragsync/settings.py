@@ -150,7 +150,7 @@ class Settings(BaseSettings):
     lexical_engine: Literal["fts5", "tantivy"] | None = None
     """The embedded profile's lexical candidate stage: SQLite FTS5 tables, or Tantivy indexes beside the
     SQLite file (indexer.tantivy_lexical). SQLite keeps the text and decides access either way. Unset:
-    each home's own engine, the one it was built with (recorded in the home), FTS5 for a new home
+    each home's own engine, the one it was built with (recorded in the home), Tantivy for a new home
     (ragsync.home_lexical.NEW_HOME_ENGINE). Set: that engine; a home built with the other is rebuilt from SQLite on
     open, with a warning, and the other engine's index removed (bench/README.md measures both)."""
     dense_floor: float = 0.30
