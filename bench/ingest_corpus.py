@@ -14,14 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def python_manual(variant: str, out: Path) -> Path:
     """The python-manual evaluation corpus, built into `out` by the evaluation's own script (the
-    manual downloaded once), so a benchmark reads exactly the pages the evaluation scores."""
+    manual installed once), so a benchmark reads exactly the pages the evaluation scores."""
     here = ROOT / "eval" / "python-manual"
     spec = importlib.util.spec_from_file_location("build_corpus", here / "build_corpus.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.ensure_manual(module.MANUAL)
-    module.build(variant, out)
+    import corpuskit  # importable once a set's build_corpus.py has run (it puts eval/ on the path)
+
+    corpuskit.build_variant(module.DOC, module.SUBSETS, here, variant, out, module.CI_SKIP_TYPES)
     return Path(out / "corpus")
 
 

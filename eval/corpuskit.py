@@ -263,6 +263,24 @@ def verify_main(default_questions: Path, skip_classes: Iterable[str] = (), doc: 
     sys.exit(1 if failures else 0)
 
 
+def build_variant(
+    doc: DebianDoc,
+    subsets: Mapping[str, Sequence[tuple[str, str]]],
+    here: Path,
+    variant: str,
+    out: Path,
+    ci_skip_types: Collection[str] = (),
+) -> tuple[str | None, dict[str, int]]:
+    """A set's corpus as its build_corpus.py makes it (the package installed if missing): what the
+    command line, the CI gates and the benchmarks that read a set all call. Returns (installed version,
+    summary)."""
+    version = ensure_package(doc)
+    meta = {"package": doc.package, "pinned": doc.version, "installed": version, "variant": variant}
+    skip = ci_skip_types if variant == "ci" else ()
+    questions = here / "questions.jsonl"
+    return version, build(subsets[variant], out, doc.root, here / "manifests", questions, meta, skip)
+
+
 def build_main(
     doc: DebianDoc,
     subsets: Mapping[str, Sequence[tuple[str, str]]],
@@ -279,11 +297,10 @@ def build_main(
     parser.add_argument("--out", type=Path, default=None, help="default: build/<variant> beside this script")
     parser.add_argument("--root", type=Path, default=doc.root, help=f"the package's pages (default {doc.root})")
     args = parser.parse_args()
-    version = ensure_package(DebianDoc(doc.package, doc.version, args.root))
     out = args.out or here / "build" / args.variant
-    meta = {"package": doc.package, "pinned": doc.version, "installed": version, "variant": args.variant}
-    skip = ci_skip_types if args.variant == "ci" else ()
-    summary = build(subsets[args.variant], out, args.root, here / "manifests", here / "questions.jsonl", meta, skip)
+    version, summary = build_variant(
+        DebianDoc(doc.package, doc.version, args.root), subsets, here, args.variant, out, ci_skip_types
+    )
     print(
         f"{args.variant} corpus from {doc.package} {version or '(version unknown)'}: {summary['pages']} pages "
         f"({summary['bytes'] / 1e6:.1f} MB) in {out / 'corpus'}; {summary['questions']} questions in "

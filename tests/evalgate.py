@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ from conftest import MODEL_PATH
 from ragsync.cli import main
 
 EVAL = Path(__file__).resolve().parents[1] / "eval"
+sys.path.insert(0, str(EVAL))
+
+import corpuskit  # noqa: E402  (eval/corpuskit.py: what every set's build_corpus.py is made of)
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,10 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     assert (MODEL_PATH / "model.onnx").is_file(), f"the gate needs the real embedding model at {MODEL_PATH}"
 
     out = tmp_path / "ci"
-    here = EVAL / set_name
     pages = build_corpus.SUBSETS["ci"]
     # The gated subsets keep the question types their limits were measured on (eval/<set>/build_corpus.py).
-    skip_types = build_corpus.CI_SKIP_TYPES
-    summary = build_corpus.build(
-        pages, out, build_corpus.DOC.root, here / "manifests", here / "questions.jsonl", skip_types=skip_types
+    _, summary = corpuskit.build_variant(
+        build_corpus.DOC, build_corpus.SUBSETS, EVAL / set_name, "ci", out, build_corpus.CI_SKIP_TYPES
     )
     assert summary["pages"] == len(pages) and summary["questions"] >= 40, summary
     failures, _, checked = verify_gold.verify(
@@ -129,6 +131,7 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     ]
     result = runner.invoke(main, args, env=env, catch_exceptions=False)
     report: dict[str, Any] = json.loads(report_path.read_text())
+    _publish(report, report_meta)
     failed = [g for g in report["gates"] if not g["passed"]]
     assert result.exit_code == 0, f"gates failed: {failed}; misses: {report['misses']}"
 
@@ -146,3 +149,12 @@ def run_gate(set_name: str, tmp_path: Path, limits: Limits, min_passages: int, m
     assert "not_in_store" not in report["miss_stages"], "a gold quote is not in any stored passage (extraction)"
     assert overall["single"]["searches_per_question"] == 1.0
     return {**report, **report_meta}
+
+
+def _publish(report: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Leave the report where the caller asked (RAGSYNC_EVAL_REPORT, a file path), before any limit is
+    checked, so a failed gate's figures can be read too."""
+    target = os.environ.get("RAGSYNC_EVAL_REPORT")
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(json.dumps({**report, **meta}, indent=2) + "\n")

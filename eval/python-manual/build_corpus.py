@@ -22,28 +22,17 @@ Copies keep the manual's mtimes (copy2), so re-running the build and `ragsync sy
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MANUAL = Path("/usr/share/doc/python3.11/html")
-SOURCE = "corpus"
-"""The corpus is synced with `--source corpus`: gold doc IDs are `corpus:<path in the corpus>`."""
+sys.path.insert(0, str(HERE.parent))
+
+from corpuskit import DebianDoc, build, build_main, ensure_package  # noqa: E402
+
+DOC = DebianDoc("python3.11-doc", "3.11.2-6+deb12u9", Path("/usr/share/doc/python3.11/html"))
 TENANTS = ("pydocs", "pyschool")
 """The tenants the corpus is synced with (`ragsync sync --tenant`, as in run.sh): its manifests name only these."""
-
-
-def corpus_path(doc_id: str) -> str:
-    """The corpus path of a gold doc ID (`corpus:pydocs/library/json.html` -> `pydocs/library/json.html`)."""
-    return doc_id.removeprefix(f"{SOURCE}:")
-
-
-DEBIAN_PACKAGE = "python3.11-doc"
 
 _LIBRARY_FULL = [
     "functions", "exceptions", "json", "os.path", "pathlib", "itertools", "functools", "collections",
@@ -83,76 +72,11 @@ SUBSETS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def ensure_manual(manual: Path) -> None:
-    """Install the Debian package when the manual is missing; `apt-get update` only if the first try fails."""
-    if manual.is_dir():
-        return
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        sys.exit(f"{manual} is missing: install it with `apt-get install -y {DEBIAN_PACKAGE}` (as root)")
-    install = ["apt-get", "install", "-y", "--no-install-recommends", DEBIAN_PACKAGE]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    if subprocess.run(install, env=env, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=True)
-        subprocess.run(install, env=env, check=True)
-    if not manual.is_dir():
-        sys.exit(f"{DEBIAN_PACKAGE} is installed but {manual} does not exist")
-
-
 CI_SKIP_TYPES = ("situation",)
 """The situation questions (issue 23) are in the full set only: the CI subset stays the one the gate in
 tests/ was measured on, until the gate's thresholds are re-measured with them."""
 
-
-def build(variant: str, out: Path, manual: Path = MANUAL, questions: Path = HERE / "questions.jsonl") -> dict[str, int]:
-    corpus = out / "corpus"
-    wanted = {dst: manual / src for src, dst in SUBSETS[variant]}
-    corpus.mkdir(parents=True, exist_ok=True)
-    # Remove pages that are no longer in the subset, so a sync reflects the subset exactly.
-    for path in sorted(corpus.rglob("*.html")):
-        if path.relative_to(corpus).as_posix() not in wanted:
-            path.unlink()
-    for dst, src in wanted.items():
-        target = corpus / dst
-        target.parent.mkdir(parents=True, exist_ok=True)
-        st = src.stat()
-        if not target.exists() or (target.stat().st_size, target.stat().st_mtime_ns) != (st.st_size, st.st_mtime_ns):
-            shutil.copy2(src, target)
-    for manifest in (HERE / "manifests").rglob(".ragsync-acl.toml"):
-        target = corpus / manifest.relative_to(HERE / "manifests")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists() or target.read_bytes() != manifest.read_bytes():
-            shutil.copyfile(manifest, target)
-    kept = 0
-    with questions.open(encoding="utf-8") as src_file, (out / "questions.jsonl").open("w", encoding="utf-8") as dst:
-        for line in src_file:
-            text = line.strip()
-            if not text or text.startswith("#"):
-                dst.write(line)
-                continue
-            item = json.loads(text)
-            if variant == "ci" and item.get("type") in CI_SKIP_TYPES:
-                continue
-            if all(corpus_path(g["doc_id"]) in wanted for g in item.get("gold", [])):
-                dst.write(line)
-                kept += 1
-    return {"pages": len(wanted), "bytes": sum(p.stat().st_size for p in wanted.values()), "questions": kept}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", choices=sorted(SUBSETS), default="full")
-    parser.add_argument("--ci", action="store_const", const="ci", dest="variant", help="same as --variant ci")
-    parser.add_argument("--out", type=Path, default=None, help="default: build/<variant> beside this script")
-    parser.add_argument("--manual", type=Path, default=MANUAL)
-    args = parser.parse_args()
-    ensure_manual(args.manual)
-    out = args.out or HERE / "build" / args.variant
-    summary = build(args.variant, out, args.manual)
-    print(
-        f"{args.variant} corpus: {summary['pages']} pages ({summary['bytes'] / 1e6:.1f} MB) in {out / 'corpus'}; "
-        f"{summary['questions']} questions in {out / 'questions.jsonl'}"
-    )
-
+__all__ = ["CI_SKIP_TYPES", "DOC", "SUBSETS", "build", "ensure_package"]
 
 if __name__ == "__main__":
-    main()
+    build_main(DOC, SUBSETS, HERE, __doc__ or "", CI_SKIP_TYPES)
