@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from json_stub import Body, JsonStub, Scripted
 
-Body = dict[str, Any] | bytes | Callable[[dict[str, Any]], dict[str, Any]]
+__all__ = ["Body", "ChatStub", "Scripted", "api_error", "calls", "chat", "completion", "says", "tool_call"]
 
 _ids = itertools.count(1)
-
-
-@dataclass
-class Scripted:
-    status: int
-    body: Body
-    delay_s: float = 0.0
 
 
 def completion(message: dict[str, Any], finish_reason: str = "tool_calls") -> dict[str, Any]:
@@ -63,56 +53,11 @@ def api_error(kind: str, detail: str, code: int | None = None) -> dict[str, Any]
     return {"error": {"message": detail, "type": kind, "param": None, "code": code}}
 
 
-class ChatStub:
+class ChatStub(JsonStub):
     """POST /v1/chat/completions answers from a script; every request is recorded."""
 
     def __init__(self) -> None:
-        self.script: list[Scripted] = []
-        self.requests: list[dict[str, Any]] = []
-        self.raw: list[bytes] = []
-        self.headers: list[dict[str, str]] = []
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                with stub._lock:
-                    stub.paths.append(self.path)
-                    stub.raw.append(body)
-                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    stub.requests.append(json.loads(body))
-                    step = stub.script.pop(0) if stub.script else Scripted(400, api_error("stub_error", "exhausted"))
-                    reply = step.body(stub.requests[-1]) if callable(step.body) else step.body
-                if step.delay_s:
-                    time.sleep(step.delay_s)
-                payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-                try:
-                    self.send_response(step.status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def reply(self, *bodies: Body) -> None:
-        self.script.extend(Scripted(200, b) for b in bodies)
-
-    def fail(self, status: int, body: Body, delay_s: float = 0.0) -> None:
-        self.script.append(Scripted(status, body, delay_s))
-
-    def slow(self, delay_s: float, body: Body) -> None:
-        self.script.append(Scripted(200, body, delay_s))
+        super().__init__("/v1", api_error("stub_error", "exhausted"))
 
     def user_text(self, index: int) -> str:
         return str(self.requests[index]["messages"][1]["content"])
@@ -121,7 +66,6 @@ class ChatStub:
 @pytest.fixture
 def chat() -> Iterator[ChatStub]:
     s = ChatStub()
-    s.thread.start()
+    s.start()
     yield s
-    s.server.shutdown()
-    s.server.server_close()
+    s.stop()

@@ -9,16 +9,12 @@ built from the search results the request really carried) and inspects the reque
 from __future__ import annotations
 
 import itertools
-import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
-
-Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+from json_stub import JsonStub
 
 _ids = itertools.count(1)
 
@@ -49,50 +45,11 @@ def api_error(kind: str, detail: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": detail}}
 
 
-class MessagesStub:
-    """POST /v1/messages answers from a script of (status, body); every request is recorded."""
+class MessagesStub(JsonStub):
+    """POST /v1/messages answers from a script; every request is recorded."""
 
     def __init__(self) -> None:
-        self.script: list[tuple[int, Reply]] = []
-        self.requests: list[dict[str, Any]] = []
-        self.raw: list[bytes] = []
-        self.headers: list[dict[str, str]] = []
-        self.paths: list[str] = []
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                with stub._lock:
-                    stub.paths.append(self.path)
-                    stub.raw.append(body)
-                    stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    stub.requests.append(json.loads(body))
-                    status, scripted = (
-                        stub.script.pop(0) if stub.script else (400, api_error("stub_error", "script exhausted"))
-                    )
-                    reply = scripted(stub.requests[-1]) if callable(scripted) else scripted
-                payload = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("request-id", f"req_stub{len(stub.requests)}")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    def reply(self, *bodies: Reply) -> None:
-        self.script.extend((200, b) for b in bodies)
-
-    def fail(self, status: int, body: dict[str, Any]) -> None:
-        self.script.append((status, body))
+        super().__init__("", api_error("stub_error", "script exhausted"), lambda n: {"request-id": f"req_stub{n}"})
 
     def user_text(self, index: int) -> str:
         content = self.requests[index]["messages"][0]["content"]
@@ -102,10 +59,9 @@ class MessagesStub:
 @pytest.fixture
 def stub() -> Iterator[MessagesStub]:
     s = MessagesStub()
-    s.thread.start()
+    s.start()
     yield s
-    s.server.shutdown()
-    s.server.server_close()
+    s.stop()
 
 
 def sent_key(headers: dict[str, str]) -> str | None:
