@@ -244,7 +244,14 @@ def verify(
     return failures, warnings, checked
 
 
-def verify_main(default_questions: Path, skip_classes: Iterable[str] = (), doc: str = __doc__ or "") -> None:
+VERIFY_DOC = """A gold quote that is not in its page would turn a correct retrieval into a "miss" and make every
+figure of the evaluation wrong. The page text is read with the standard library's HTML parser,
+independently of the project's chunker, then whitespace is folded and case dropped, as the evaluation
+does for passages. With --passages it also warns when a quote spans two of the chunker's passages (it
+could never be cited: the evaluation's "not_in_store")."""
+
+
+def verify_main(default_questions: Path, skip_classes: Iterable[str] = (), doc: str = VERIFY_DOC) -> None:
     """The command line of a set's verify_gold.py."""
     import argparse
 
