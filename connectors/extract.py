@@ -23,7 +23,7 @@ from typing import Any
 from connectors.decoding import BinaryContent
 from connectors.formats import Content, read_content
 from connectors.formats.errors import Unreadable
-from indexer.budget import Budget, ChildPool, OverBudget, near_limit
+from indexer.budget import Budget, OverBudget, PoolUser, near_limit
 from schemas.events import ContentType
 from schemas.extracted import ExtractedDocument
 
@@ -33,22 +33,12 @@ CHILD_TYPES: frozenset[str] = frozenset({"pdf", "docx", "rst"})
 """Read in a child whatever their size: their parsers' cost is not bounded by anything we control."""
 
 
-class Extractor:
+class Extractor(PoolUser):
     """`read` is connectors.formats.read_content within a Budget; thread-safe.
 
     `pool`: children shared with other users (the indexer's chunking), whose owner closes them; without
     one the extractor has its own, which `close` ends.
     """
-
-    def __init__(self, budget: Budget | None = None, *, pool: ChildPool | None = None) -> None:
-        self._owned = pool is None
-        self._pool = pool if pool is not None else ChildPool(budget or Budget())
-        self.budget = self._pool.budget
-
-    @property
-    def started(self) -> int:
-        """Child processes started so far (tests and benchmarks look)."""
-        return self._pool.started
 
     def in_child(self, content_type: str, size: int) -> bool:
         return content_type in CHILD_TYPES or size > self.budget.inline_bytes
@@ -70,16 +60,6 @@ class Extractor:
         if kind == "invalid":
             raise ValueError(message)
         raise ValueError(f"cannot index: {message}")
-
-    def close(self) -> None:
-        if self._owned:
-            self._pool.close()
-
-    def __enter__(self) -> Extractor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _content(reply: dict[str, Any]) -> Content:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from schemas.errors import OverBudget as OverBudget  # re-export (schemas.errors)
 
@@ -128,6 +128,31 @@ class ChildPool:
 
 
 # --------------------------------------------------------------------------- the parent's side
+
+
+class PoolUser:
+    """A reader that sends its large inputs to a ChildPool: its own, which `close` ends, or one shared
+    with other users (the scanner's extraction and the indexer's chunking), which its owner closes."""
+
+    def __init__(self, budget: Budget | None = None, *, pool: ChildPool | None = None) -> None:
+        self._owned = pool is None
+        self._pool = pool if pool is not None else ChildPool(budget or Budget())
+        self.budget = self._pool.budget
+
+    @property
+    def started(self) -> int:
+        """Child processes started so far (tests and benchmarks look)."""
+        return self._pool.started
+
+    def close(self) -> None:
+        if self._owned:
+            self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _Child:

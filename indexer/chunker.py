@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from indexer.budget import Budget, ChildPool, OverBudget
+from indexer.budget import OverBudget, PoolUser
 from indexer.chunking.anchors import anchor_pieces
 from indexer.chunking.delimited import read_csv, read_tsv
 from indexer.chunking.extracted import read_extracted
@@ -122,7 +122,7 @@ def _extracted_chars(document: ExtractedDocument) -> int:
     return total
 
 
-class IsolatedChunker:
+class IsolatedChunker(PoolUser):
     """chunk_document / chunk_extracted for the indexer, large documents in a child within a Budget.
 
     The worker chunks every upsert it applies, and it runs inside `ragsync serve`. The readers are
@@ -132,16 +132,6 @@ class IsolatedChunker:
     child process of indexer.budget; past its time or memory it is Unchunkable ("chunking exceeded 30 s"), which the
     worker dead-letters with that reason. Smaller ones are chunked in-process, as before.
     """
-
-    def __init__(self, budget: Budget | None = None, *, pool: ChildPool | None = None) -> None:
-        """`pool`: children shared with other users (the scanner's extraction), closed by their owner."""
-        self._owned = pool is None
-        self._pool = pool if pool is not None else ChildPool(budget or Budget())
-        self.budget = self._pool.budget
-
-    @property
-    def started(self) -> int:
-        return self._pool.started
 
     def chunk(self, content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:
         if isinstance(content, ExtractedDocument):
@@ -161,16 +151,6 @@ class IsolatedChunker:
             Chunk(anchor, tuple(path), text, Locus(locus[0], locus[1], locus[2]) if locus else None)
             for anchor, path, text, locus in reply["chunks"]
         ]
-
-    def close(self) -> None:
-        if self._owned:
-            self._pool.close()
-
-    def __enter__(self) -> IsolatedChunker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _chunk_here(content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:
