@@ -22,8 +22,6 @@ Needs each set's home (eval/<set>/run.sh [--ci]); turns are cached in eval/<set>
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -38,9 +36,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from answer_turns import Turn, load_or_collect  # noqa: E402
-from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
-from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
+from answer_turns import (  # noqa: E402
+    Figures,
+    Infeasible,
+    Turn,
+    evaluated,
+    held_out_per_set,
+    load_turns,
+    options,
+    tally,
+    write_report,
+)
+from answer_turns import by_type as by_type_of  # noqa: E402
+from loo_harness import held_out, run_final  # noqa: E402
 
 from query.extractive import (  # noqa: E402
     READINGS,
@@ -55,7 +63,6 @@ from query.extractive import (  # noqa: E402
 from query.reader import FEATURES, ReaderWeights, features, question_context  # noqa: E402
 from query.sentences import content_terms  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results"
 THRESHOLDS = tuple(round(-4.0 + 0.1 * i, 1) for i in range(81))
 MEANINGS = (0.3, 0.35, 0.4, 0.45)
 L2 = 1.0
@@ -193,52 +200,16 @@ def ranked(t: Turn, reader: ReaderWeights, decide_only: bool = False) -> tuple[l
     return _RANKED[key]
 
 
-@dataclass(frozen=True)
-class Figures:
-    answerable: int
-    grounded: int
-    answered: int
-    abstain: int
-    abstained: int
-    answered_abstain: tuple[str, ...]
-
-    @property
-    def rate(self) -> float:
-        return self.grounded / self.answerable if self.answerable else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "grounded_single": round(self.rate, 4),
-            "answered_single": round(self.answered / self.answerable, 4) if self.answerable else 0.0,
-            "abstained": f"{self.abstained}/{self.abstain}",
-            "answered_abstain_questions": list(self.answered_abstain),
-        }
+def cited(t: Turn, c: Choice) -> list[Candidate]:
+    """What the model with the choice's reader quotes on the turn (nothing: it abstains)."""
+    if t.read_as is None or not t.candidates:
+        return []
+    order, named = ranked(t, c.reader, c.decide_only)
+    return choose(order, c.min_meaning, c.threshold, 0.0) if named else []
 
 
 def figures(turns: Sequence[Turn], c: Choice) -> Figures:
-    grounded = answered = abstained = 0
-    wrong: list[str] = []
-    for t in turns:
-        cited: list[Candidate] = []
-        if t.read_as is not None and t.candidates:
-            order, named = ranked(t, c.reader, c.decide_only)
-            cited = choose(order, c.min_meaning, c.threshold, 0.0) if named else []
-        if t.abstain:
-            if cited:
-                wrong.append(t.id)
-            else:
-                abstained += 1
-            continue
-        if cited:
-            answered += 1
-            gold = {s.passage_id for s in t.sentences if s.gold_passage}
-            grounded += any(x.evidence.passage_id in gold for x in cited)
-    n = sum(1 for t in turns if not t.abstain)
-    return Figures(n, grounded, answered, len(turns) - n, abstained, tuple(wrong))
-
-
-class Infeasible(Exception):
-    pass
+    return tally(turns, lambda t: cited(t, c))
 
 
 @dataclass(frozen=True)
@@ -267,7 +238,7 @@ def learn(turns: Mapping[str, Sequence[Turn]], train: Sequence[str], v: Variant)
             figs = [figures(turns[s], c) for s in train]
             if any(f.abstained != f.abstain for f in figs):
                 continue
-            key = (round(sum(f.rate for f in figs) / len(figs), 6), threshold, meaning)
+            key = (round(sum(f.grounded_rate for f in figs) / len(figs), 6), threshold, meaning)
             if best is None or key > best[0]:
                 best = (key, c)
     if best is None:
@@ -285,8 +256,7 @@ def _scale(
 
 
 def by_type(turns: Sequence[Turn], c: Choice) -> dict[str, Any]:
-    types = sorted({t.type for t in turns if not t.abstain})
-    return {ty: figures([t for t in turns if t.type == ty], c).as_dict() for ty in types}
+    return by_type_of(turns, lambda some: figures(some, c))
 
 
 def protocol(turns: Mapping[str, Sequence[Turn]], v: Variant) -> dict[str, Any]:
@@ -308,23 +278,11 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
     """`ragsync eval`'s harness per set: the model with each role's reader, or the current defaults (None)."""
 
     def evaluate(components: Any, ctx: Any, questions: Any, c: Choice | str) -> dict[str, Any]:
-        from ranking import summary
-
-        from ragsync.evaluation import Gates, run_eval
-
         if isinstance(c, Choice):
             model = ExtractiveModel(ctx.model.embedder, min_meaning=c.min_meaning, reader=c.reader)
         else:
             model = ExtractiveModel(ctx.model.embedder, reader=None)
-        report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
-        out: dict[str, Any] = summary(report, [0.0]) | {
-            "by_type": by_type_figures(report, ("n", "fused", "grounded_loop", "grounded_single")),
-            "abstain_rate": report["overall"]["loop"]["abstain_rate"],
-            "miss_stages": report.get("miss_stages"),
-        }
-        for k in ("rank_ms_p50", "rank_ms_p95"):
-            out.pop(k, None)
-        return out
+        return evaluated(ctx, questions, model, "miss_stages")
 
     return run_final(
         variant,
@@ -339,22 +297,12 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
-    parser.add_argument("--variant", choices=("full", "ci"), default="full")
-    parser.add_argument("--refresh", action="store_true", help="record the turns again")
-    parser.add_argument("--final", action="store_true", help="then run the full evaluation under each choice")
-    parser.add_argument("--final-roles", nargs="+", choices=("held_out", "tuned", "current"), default=["held_out"])
-    parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-reader[-ci].json")
+    parser = options(__doc__ or "", ("held_out", "tuned", "current"))
     parser.add_argument("--listwise", action="store_true", help="the conditional logit as the design")
     parser.add_argument("--no-levers", action="store_true", help="skip the per-feature levers")
-    add_homes_option(parser)
     args = parser.parse_args()
     started, load_start = time.perf_counter(), os.getloadavg()
-    turns = {}
-    for s in args.sets:
-        base, home = set_paths(s, args.variant, args.homes)
-        turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
+    turns = load_turns(args)
     proto = protocol(turns, Variant(listwise=args.listwise))
     variants = {
         f"without {name}": Variant(mask=tuple(j != i for j in range(len(FEATURES)))) for i, name in enumerate(FEATURES)
@@ -375,7 +323,7 @@ def main() -> None:
         except Infeasible as e:
             levers[name] = {"infeasible": str(e)}
             continue
-        levers[name] = {s: {"reader": v["held_out_reader"], **v["held_out"]} for s, v in p["sets"].items()}
+        levers[name] = held_out_per_set(p, "reader")
         print(
             f"{name}: "
             + ", ".join(
@@ -405,11 +353,7 @@ def main() -> None:
         }
         chosen = {s: {role: roles[role](s) for role in args.final_roles} for s in args.sets}
         report["final"] = final(args.variant, args.sets, args.homes, chosen)
-    report["loadavg_start"] = load_start
-    report["loadavg_end"] = os.getloadavg()
-    report["elapsed_s"] = round(time.perf_counter() - started, 1)
-    out = args.out or RESULTS / f"answer-reader{'-ci' if args.variant == 'ci' else ''}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args, "answer-reader", started, load_start)
     print(f"written {out}")
 
 

@@ -28,9 +28,7 @@ Needs each set's home (eval/<set>/run.sh [--ci]); turns are cached in eval/<set>
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -43,14 +41,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from answer_turns import Turn, load_or_collect  # noqa: E402
-from eval_homes import SETS, add_homes_option, embed_model_path, set_paths  # noqa: E402
-from loo_harness import by_type_figures, held_out, run_final  # noqa: E402
+from answer_turns import (  # noqa: E402
+    Figures,
+    Infeasible,
+    Turn,
+    evaluated,
+    held_out_per_set,
+    load_turns,
+    options,
+    tally,
+    write_report,
+)
+from answer_turns import by_type as by_type_of  # noqa: E402
+from loo_harness import held_out, run_final  # noqa: E402
 
 from query.answer_form import FormWeights  # noqa: E402
 from query.extractive import ExtractiveModel, answer, choose, lead_to_answers, named_first, reread  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 
 
 @dataclass(frozen=True, order=True)
@@ -137,28 +143,6 @@ def grid(names: tuple[bool, ...] = (True,), **override: tuple[Any, ...]) -> list
     return out
 
 
-@dataclass(frozen=True)
-class Figures:
-    answerable: int
-    grounded: int
-    answered: int  # answerable questions answered (grounded or not)
-    abstain: int
-    abstained: int
-    answered_abstain: tuple[str, ...]  # the abstain questions answered: they must be none
-
-    @property
-    def grounded_rate(self) -> float:
-        return self.grounded / self.answerable if self.answerable else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "grounded_single": round(self.grounded_rate, 4),
-            "answered_single": round(self.answered / self.answerable, 4) if self.answerable else 0.0,
-            "abstained": f"{self.abstained}/{self.abstain}",
-            "answered_abstain_questions": list(self.answered_abstain),
-        }
-
-
 _READ: dict[tuple[str, str, FormWeights, bool, bool], tuple[Any, bool]] = {}
 
 
@@ -179,33 +163,16 @@ def _read(t: Turn, w: FormWeights, lead: bool, fall: bool = False) -> tuple[Any,
     return _READ[key]
 
 
-def figures(turns: Sequence[Turn], rule: Rule, by_type: bool = False) -> Figures:
-    grounded = answered = abstained = 0
-    wrong: list[str] = []
-    answerable = [t for t in turns if not t.abstain]
-    for t in turns:
-        if t.read_as is None:
-            cited = []
-        else:
-            ranked, named = _read(t, rule.weights, rule.lead, rule.names and rule.fall)
-            cited = choose(ranked, rule.min_meaning, rule.min_score, rule.min_focus)
-            if rule.names and not named:
-                cited = []
-        if t.abstain:
-            if cited:
-                wrong.append(t.id)
-            else:
-                abstained += 1
-            continue
-        if cited:
-            answered += 1
-            gold = {s.passage_id for s in t.sentences if s.gold_passage}
-            grounded += any(c.evidence.passage_id in gold for c in cited)
-    return Figures(len(answerable), grounded, answered, len(turns) - len(answerable), abstained, tuple(wrong))
+def cited(t: Turn, rule: Rule) -> list[Any]:
+    """What the model under `rule` quotes on the turn (nothing: it abstains)."""
+    if t.read_as is None:
+        return []
+    ranked, named = _read(t, rule.weights, rule.lead, rule.names and rule.fall)
+    return choose(ranked, rule.min_meaning, rule.min_score, rule.min_focus) if named or not rule.names else []
 
 
-class Infeasible(Exception):
-    """No rule of the grid makes every training abstain question abstain (a lever held where it cannot)."""
+def figures(turns: Sequence[Turn], rule: Rule) -> Figures:
+    return tally(turns, lambda t: cited(t, rule))
 
 
 def select(figs: Mapping[str, Mapping[Rule, Figures]], sets: Sequence[str], rules: Sequence[Rule]) -> Rule:
@@ -219,8 +186,7 @@ def select(figs: Mapping[str, Mapping[Rule, Figures]], sets: Sequence[str], rule
 
 
 def by_type(turns: Sequence[Turn], rule: Rule) -> dict[str, Any]:
-    types = sorted({t.type for t in turns if not t.abstain})
-    return {ty: figures([t for t in turns if t.type == ty], rule).as_dict() for ty in types}
+    return by_type_of(turns, lambda some: figures(some, rule))
 
 
 def protocol(turns: Mapping[str, Sequence[Turn]], rules: Sequence[Rule]) -> dict[str, Any]:
@@ -246,11 +212,6 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
     """`ragsync eval`'s harness per set under each role's rule (the configured retriever)."""
 
     def evaluate(components: Any, ctx: Any, questions: Any, rule: Rule) -> dict[str, Any]:
-
-        from ranking import summary
-
-        from ragsync.evaluation import Gates, run_eval
-
         model = ExtractiveModel(
             ctx.model.embedder,
             min_meaning=rule.min_meaning,
@@ -261,14 +222,7 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
             form=rule.weights,
             lead=rule.lead,
         )
-        report = run_eval(replace(ctx, model=model), questions, Gates(k=10))
-        figures: dict[str, Any] = summary(report, [0.0]) | {
-            "by_type": by_type_figures(report, ("n", "fused", "grounded_loop", "grounded_single")),
-            "abstain_rate": report["overall"]["loop"]["abstain_rate"],
-        }
-        for k in ("rank_ms_p50", "rank_ms_p95"):
-            figures.pop(k, None)
-        return figures
+        return evaluated(ctx, questions, model)
 
     return run_final(
         variant,
@@ -283,20 +237,9 @@ def final(variant: str, sets: Sequence[str], homes: Path | None, chosen: Mapping
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
-    parser.add_argument("--variant", choices=("full", "ci"), default="full")
-    parser.add_argument("--refresh", action="store_true", help="record the turns again")
-    parser.add_argument("--final", action="store_true", help="then run the full evaluation under each choice")
-    parser.add_argument("--final-roles", nargs="+", choices=("held_out", "tuned", "before"), default=["held_out"])
-    parser.add_argument("--out", type=Path, default=None, help="default bench/results/answer-rule[-ci].json")
-    add_homes_option(parser)
-    args = parser.parse_args()
+    args = options(__doc__ or "", ("held_out", "tuned", "before")).parse_args()
     started, load_start = time.perf_counter(), os.getloadavg()
-    turns = {}
-    for s in args.sets:
-        base, home = set_paths(s, args.variant, args.homes)
-        turns[s] = load_or_collect(s, base, home, embed_model_path(), args.refresh)
+    turns = load_turns(args)
     # The design: the readings lift the best sentence's score only (top_only); reordering the quote by
     # them is measured as a lever below (it answers abstain questions held out).
     rules = [r for r in grid() if r.top_only or r.weights.off]
@@ -312,21 +255,13 @@ def main() -> None:
         except Infeasible as e:  # e.g. min_score held at 1.9 on the full sets
             levers[f"without {name} (held at {held})"] = {"infeasible": str(e)}
             continue
-        levers[f"without {name} (held at {held})"] = {
-            s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in p["sets"].items()
-        }
+        levers[f"without {name} (held at {held})"] = held_out_per_set(p, "rule")
     p = protocol(turns, [r for r in grid() if not r.top_only])
-    levers["the readings reorder the candidates (top_only False)"] = {
-        s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in p["sets"].items()
-    }
+    levers["the readings reorder the candidates (top_only False)"] = held_out_per_set(p, "rule")
     p = protocol(turns, [r for r in grid(support=SUPPORT) if r.top_only or r.weights.off])
-    levers["the passage-support reading allowed (support 0-0.5)"] = {
-        s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in p["sets"].items()
-    }
+    levers["the passage-support reading allowed (support 0-0.5)"] = held_out_per_set(p, "rule")
     free = protocol(turns, [r for r in grid((True, False)) if r.top_only or r.weights.off])
-    levers["the protocol free to drop the name rule"] = {
-        s: {"rule": v["held_out_rule"], **v["held_out"]} for s, v in free["sets"].items()
-    }
+    levers["the protocol free to drop the name rule"] = held_out_per_set(free, "rule")
     report: dict[str, Any] = {
         "benchmark": "the extractive model's answer rule chosen leave one set out (single search replay)",
         "variant": args.variant,
@@ -343,11 +278,7 @@ def main() -> None:
         roles["before"] = lambda s: BEFORE
         chosen = {s: {role: roles[role](s) for role in args.final_roles} for s in args.sets}
         report["final"] = final(args.variant, args.sets, args.homes, chosen)
-    report["loadavg_start"] = load_start
-    report["loadavg_end"] = os.getloadavg()
-    report["elapsed_s"] = round(time.perf_counter() - started, 1)
-    out = args.out or RESULTS / f"answer-rule{'-ci' if args.variant == 'ci' else ''}.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_report(report, args, "answer-rule", started, load_start)
     for s, v in report["sets"].items():
         print(
             f"{s:16s} held out {v['held_out_rule']:40s} {v['held_out']} | tuned {v['tuned']['grounded_single']}"

@@ -17,7 +17,6 @@ the bench lock held for the timed part.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.retrieval_scale import FILTERS, _commit
+from bench.retrieval_scale import FILTERS, _commit, _locked
 from bench.retrieval_workload import DIM, TENANT
 from schemas.passages import make_passage_id
 from schemas.principal import AccessFilter, Principal
@@ -85,40 +84,33 @@ def main() -> None:
         return [str((p.payload or {})["passage_id"]) for p in vector._shard.query(request)]
 
     rows: list[dict[str, Any]] = []
-    handle = args.lock.open("a") if args.lock else None
     try:
-        if handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        timed_start = [round(x, 2) for x in os.getloadavg()]
-        for label, (flt, pids, qvecs) in cases.items():
-            for ef in args.ef:
-                for i in range(5):  # warm-up
-                    search(flt, qvecs[i], ef)
-                wall: list[float] = []
-                top1 = top8 = 0
-                for i, pid in enumerate(pids):
-                    began = time.perf_counter()
-                    got = search(flt, qvecs[i], ef)
-                    wall.append((time.perf_counter() - began) * 1000)
-                    top1 += bool(got) and got[0] == pid
-                    top8 += pid in got[:8]
-                row = {
-                    "passages": args.n,
-                    "filter": label,
-                    "hnsw_ef": ef,
-                    "queries": len(pids),
-                    "p50_ms": round(float(np.percentile(wall, 50)), 2),
-                    "p95_ms": round(float(np.percentile(wall, 95)), 2),
-                    "planted@1": round(top1 / len(pids), 3),
-                    "planted@8": round(top8 / len(pids), 3),
-                }
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr)
-        timed_end = [round(x, 2) for x in os.getloadavg()]
+        with _locked(args.lock) as timed:
+            for label, (flt, pids, qvecs) in cases.items():
+                for ef in args.ef:
+                    for i in range(5):  # warm-up
+                        search(flt, qvecs[i], ef)
+                    wall: list[float] = []
+                    top1 = top8 = 0
+                    for i, pid in enumerate(pids):
+                        began = time.perf_counter()
+                        got = search(flt, qvecs[i], ef)
+                        wall.append((time.perf_counter() - began) * 1000)
+                        top1 += bool(got) and got[0] == pid
+                        top8 += pid in got[:8]
+                    row = {
+                        "passages": args.n,
+                        "filter": label,
+                        "hnsw_ef": ef,
+                        "queries": len(pids),
+                        "p50_ms": round(float(np.percentile(wall, 50)), 2),
+                        "p95_ms": round(float(np.percentile(wall, 95)), 2),
+                        "planted@1": round(top1 / len(pids), 3),
+                        "planted@8": round(top8 / len(pids), 3),
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
     finally:
-        if handle:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
         vector.close()
     report = {
         "rows": rows,
@@ -127,7 +119,7 @@ def main() -> None:
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
             "commit": _commit(),
             "loadavg_start": load_start,
-            "timed_loadavg": [timed_start, timed_end],
+            "timed": timed,
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
             "nice": os.getpriority(os.PRIO_PROCESS, 0),
             "cpus": os.cpu_count(),

@@ -136,13 +136,19 @@ def sub_grid(methods: Sequence[Method], **held: Any) -> list[Method]:
     return [m for m in methods if all(getattr(m, name) == value for name, value in held.items())]
 
 
-def per_set(p: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A protocol's held-out choice per set with its fused and paraphrase-and-situation R@10."""
+RECALLS = {"fused": "fused_recall@10", "hard": "paraphrase_situation_recall@10"}
+
+
+def per_set(
+    p: Mapping[str, Any], choice: str = "method", figures: Mapping[str, str] | None = RECALLS
+) -> dict[str, dict[str, Any]]:
+    """A protocol's held-out choice per set (its `held_out_<choice>`, shown as `choice`) with its
+    held-out figures: `figures` names the ones kept (by default fused and paraphrase-and-situation
+    R@10), None keeps them all under their own names (bench/answer_turns.py's protocols)."""
     return {
         s: {
-            "method": v["held_out_method"],
-            "fused": v["held_out"]["fused_recall@10"],
-            "hard": v["held_out"]["paraphrase_situation_recall@10"],
+            choice: v[f"held_out_{choice}"],
+            **(v["held_out"] if figures is None else {name: v["held_out"][key] for name, key in figures.items()}),
         }
         for s, v in p["sets"].items()
     }

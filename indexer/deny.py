@@ -10,8 +10,9 @@ Semantics, per passage of document d at version pv, for a principal with ACL ent
 - an ACL entry at version V with ACL A denies it unless A grants one of E (the new ACL, applied
   early), and denies it to every question as of an instant before the entry (a reader the change
   adds may read only from then on). An entry can only narrow what the stores return, never widen it.
-Clearing is conditional on the version (`clear(..., up_to_version)`), so a newer entry written
-while an older event was being applied survives the older one's confirmation.
+Clearing is conditional on the version and the event (`clear(..., version, event_id)`: entries
+older than the version, and the event's own entry at it), so a newer entry, or one of another event
+at the same version, written while an event was being applied survives that event's confirmation.
 
 Adapters: `SqliteDenySet` (embedded: an in-process map written first, mirrored to its own SQLite
 file for other processes and restarts) and `indexer.redis_deny.RedisDenySet` (cluster).
@@ -68,8 +69,17 @@ class DenySet(Protocol):
     def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
         """Entries of these documents. Raises when the set cannot be read (callers decide)."""
 
-    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
-        """Remove the document's entries whose version is <= up_to_version."""
+    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
+        """Remove the document's entries older than `version`, and at `version` only the entry of event
+        `event_id` ("" for none), atomically (`clears`).
+
+        Why not every entry up to `version`: an entry carries no version of its own beyond its event's,
+        and two events of one document can carry one version (nothing in the envelope forbids it; `add`
+        lets the later overwrite the earlier). Confirming the first must not take away the second's
+        entry while the second is consumed and not yet applied, and a clear retried later (a failed
+        call, streams.deny_clears) must not either. A confirmation passes its own event's ID; an upsert
+        that supersedes its document's entries passes "" (an ACL change or a deletion at the upsert's
+        version is not older than it: the sink lets a deletion at v stop an upsert at v)."""
 
     def entries(self, tenant: str | None = None) -> list[DenyEntry]:
         """Every entry (audits, certificates, tests)."""
@@ -97,6 +107,11 @@ def apply_deny(passages: Sequence[Passage], entries: Sequence[DenyEntry], access
     for entry in entries:
         by_doc.setdefault(entry.doc_id, []).append(entry)
     return [p for p in passages if not any(denies(e, p, access) for e in by_doc.get(p.doc_id, ()))]
+
+
+def clears(entry: DenyEntry, version: int, event_id: str) -> bool:
+    """Whether `DenySet.clear(..., version, event_id)` removes this entry of its document. Pure."""
+    return entry.version < version or (entry.version == version and event_id != "" and entry.event_id == event_id)
 
 
 def merge(current: DenyEntry | None, new: DenyEntry) -> DenyEntry:
@@ -203,14 +218,17 @@ class SqliteDenySet:
                         found[key] = merge(found.get(key), mine)
         return list(found.values())
 
-    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
+    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
+        """One statement (its own transaction): the rule of `clears`, in SQL."""
         with self._lock:
             for kind in DenyKind:
                 mine = self._memory.get((tenant, doc_id, kind))
-                if mine is not None and mine.version <= up_to_version:
+                if mine is not None and clears(mine, version, event_id):
                     del self._memory[(tenant, doc_id, kind)]
             self._conn.execute(
-                "DELETE FROM deny WHERE tenant = ? AND doc_id = ? AND version <= ?", (tenant, doc_id, up_to_version)
+                "DELETE FROM deny WHERE tenant = ? AND doc_id = ?"
+                " AND (version < ? OR (version = ? AND event_id = ? AND event_id != ''))",
+                (tenant, doc_id, version, version, event_id),
             )
 
     def entries(self, tenant: str | None = None) -> list[DenyEntry]:

@@ -1,12 +1,12 @@
 """Cluster deny set: Redis, shared by every indexer worker and every query worker.
 
 One key per (tenant, kind, document): `<namespace>:deny:<tenant>:<kind>:<doc_id>` holding a small
-JSON value. Writes and clears are Lua scripts so "keep the highest version" and "clear only up to
-this version" are atomic against concurrent workers. A query reads every candidate document's two
-keys with one MGET. Keys never expire: an entry that outlived its event (a worker died between
-applying and clearing) only narrows what queries see, and the next worker start sweeps it
-(`sweep_applied` in the composition root); an expiring entry could re-open a revoked document
-while a store is still unconverged.
+JSON value. Writes and clears are Lua scripts so "keep the highest version" and "clear what is older
+than this version, or this event's own entry" are atomic against concurrent workers. A query reads
+every candidate document's two keys with one MGET. Keys never expire: an entry that outlived its
+event (a clear that failed: the worker retries it, streams.deny_clears; a worker that died between
+applying and clearing: the next worker start sweeps it, `Tracker.sweep`) only narrows what queries
+see; an expiring entry could re-open a revoked document while a store is still unconverged.
 
 Failures: `add` and `lookup` raise `DenyUnavailable` on a Redis outage. The writer logs it and goes
 on applying (the deny set is what makes a change effective early; the stores are what make it
@@ -38,15 +38,21 @@ return 1
 
 _CLEAR = """
 local removed = 0
+local version = tonumber(ARGV[1])
 for _, key in ipairs(KEYS) do
   local current = redis.call('GET', key)
-  if current and tonumber(cjson.decode(current)['version']) <= tonumber(ARGV[1]) then
-    redis.call('DEL', key)
-    removed = removed + 1
+  if current then
+    local entry = cjson.decode(current)
+    local at = tonumber(entry['version'])
+    if at < version or (at == version and ARGV[2] ~= '' and entry['event_id'] == ARGV[2]) then
+      redis.call('DEL', key)
+      removed = removed + 1
+    end
   end
 end
 return removed
 """
+"""indexer.deny.clears, atomically for the document's keys: older than ARGV[1], or at it and of event ARGV[2]."""
 
 
 class RedisDenySet:
@@ -101,9 +107,9 @@ class RedisDenySet:
             if isinstance(raw, bytes)
         ]
 
-    def clear(self, tenant: str, doc_id: str, up_to_version: int) -> None:
+    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
         try:
-            self._clear(keys=[self._key(tenant, kind, doc_id) for kind in DenyKind], args=[up_to_version])
+            self._clear(keys=[self._key(tenant, kind, doc_id) for kind in DenyKind], args=[version, event_id])
         except _UNAVAILABLE as exc:
             raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
 

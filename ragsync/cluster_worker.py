@@ -59,6 +59,7 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
                 serve_in_thread(metrics_app(registry, settings.metrics_token), listener)
                 log.info("worker metrics on %s/metrics %s", listener.url, metrics_guard(settings))
         tracker = components.tracker(observe=metrics.observe)
+        metrics.watch_clears(tracker.clears_waiting)
         tracker.sweep(components.docs)
         indexer = Indexer(
             components.sink(),

@@ -16,6 +16,9 @@ step. In order:
    builds the index where its thresholds say a segment is large enough. It runs on a copy in a
    child process (it holds the GIL, so in-process it froze queries and revocations for seconds:
    bench/edge_optimize.py), so this step costs the owner only the copy and the swap.
+
+Before each step, the deny-set clears that failed are retried once due (streams.deny_clears): while
+the owner is busy its confirmations retry them, and this is what retries them once it is idle.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from indexer.payload import point_id
 from ragsync.purge import RETENTION_EVERY_S, Purger
 from ragsync.wiring import Components
 from schemas.passages import embedding_text
+from streams.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +60,17 @@ def dense_gap(components: Components) -> DenseGap | None:
 
 
 class Maintenance:
-    def __init__(self, components: Components, *, optimize_after: int = OPTIMIZE_AFTER_CHANGED) -> None:
+    def __init__(
+        self,
+        components: Components,
+        *,
+        optimize_after: int = OPTIMIZE_AFTER_CHANGED,
+        tracker: Tracker | None = None,
+    ) -> None:
         self.components = components
         self.optimize_after = optimize_after
+        self.tracker = tracker
+        """The worker's tracker: its deny-set clears that failed are retried at every step."""
         self.purger = Purger(components)
         self._pending_since: float | None = None
         self._checked_at = 0.0
@@ -71,7 +83,10 @@ class Maintenance:
             log.warning("%d passages have no vector yet (synced without a model): embedding them", gap.missing)
 
     def step(self) -> bool:
-        """Do one bounded piece of work; False when there is nothing left to do."""
+        """Do one bounded piece of work; False when there is nothing left to do. Deny-set clears
+        that failed are retried first, when due (never "work left": their schedule is their own)."""
+        if self.tracker is not None:
+            self.tracker.retry_clears()
         return self._backfill_step() or self._purge_step() or self._merge_step() or self._optimize_step()
 
     def _purge_step(self) -> bool:

@@ -83,7 +83,9 @@ class Owner:
         from ragsync.propagation_metrics import process_metrics
         from streams.deny_watcher import DenyWatcher
 
-        tracker = c.tracker(observe=process_metrics(self.settings.revocation_bound_s).observe)
+        metrics = process_metrics(self.settings.revocation_bound_s)
+        tracker = c.tracker(observe=metrics.observe)
+        metrics.watch_clears(tracker.clears_waiting)
         tracker.sweep(c.docs)
         self.worker = embedded_worker(c, tracker)
         # Revocations and deletions effective within a poll even while a batch embeds (streams/deny_watcher.py).
@@ -135,7 +137,7 @@ class Owner:
         from ragsync.maintenance import Maintenance
 
         assert self.worker is not None
-        maintenance = Maintenance(self.components)
+        maintenance = Maintenance(self.components, tracker=self.worker.tracker)
         failures = 0
         wait = self.poll_s
         while not self._stop.is_set():

@@ -1,4 +1,5 @@
-"""Prometheus metrics of propagation: a histogram per event kind and copy, and events over the bound.
+"""Prometheus metrics of propagation: a histogram per event kind and copy, events over the bound, and
+the deny-set clears waiting for a retry.
 
 Observed by the worker that confirms each revocation or deletion (streams.tracking.Tracker's
 `observe`), in the process that applies it, into one registry per process (`process_metrics`);
@@ -10,9 +11,9 @@ figures, over any period, come from the stored records: `ragsync audit propagati
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
@@ -38,6 +39,17 @@ class PropagationMetrics:
             ["kind"],
             registry=registry,
         )
+
+        self.clears_waiting = Gauge(
+            "ragsync_deny_clears_waiting",
+            "Documents whose deny-set entry should be cleared but whose clear failed (the deny set did not"
+            " answer) or waits for an older event: retried by the worker (streams.deny_clears).",
+            registry=registry,
+        )
+
+    def watch_clears(self, waiting: Callable[[], int]) -> None:
+        """Read the gauge of waiting clears from the worker's tracker at each scrape."""
+        self.clears_waiting.set_function(lambda: float(waiting()))
 
     def observe(self, record: PropagationRecord) -> None:
         delays = record.delays()

@@ -184,6 +184,16 @@ class Indexer:
             except Exception:
                 log.exception("maintenance failed; the next timer retries")
 
+    async def retry_clears(self) -> None:
+        """The tracker's deny-set clears that failed or waited (streams.deny_clears), retried on an
+        access thread: never the deny writer's own thread, which a retry timing out would hold up."""
+        if self.tracker is None or not self.tracker.clears_waiting():
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._access_pool, self.tracker.retry_clears)
+        except Exception:
+            log.exception("retrying deny-set clears failed; the next timer retries")
+
     def summary(self) -> str:
         return ", ".join(
             f"{topic}: {s.applied} applied, {s.stale} stale, {s.dead_lettered} dead-lettered"

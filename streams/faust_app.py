@@ -23,7 +23,8 @@ Why it is built this way:
   trips needed: 12 s p50 from publish to the stores with a load average of 3-5.
 * Effective first. A second agent on the ACL and deletion topics writes each event's deny-set
   entry as soon as it is fetched (streams.tracking), so queries stop showing the document before
-  any store changed, whatever the appliers and the document backlog are doing.
+  any store changed, whatever the appliers and the document backlog are doing. A timer retries the
+  entries' clears that failed (streams.deny_clears).
 * Content leaves the log. After a deletion the worker appends an erase marker to the documents
   topic; the documents agent turns it into tombstones once it reaches it, and compaction removes
   the document's records from the broker's files (streams.erasure). A timer purges the stores'
@@ -293,15 +294,24 @@ def build_app(
     async def maintain() -> None:
         await indexer.maintenance()
 
+    async def clears() -> None:
+        await indexer.retry_clears()
+
     app.timer(30.0)(report)
     app.timer(ROLL_CHECK_S)(roll)
     app.timer(MAINTENANCE_INTERVAL_S)(maintain)
+    app.timer(CLEAR_RETRY_S)(clears)
     return app
 
 
 MAINTENANCE_INTERVAL_S = 10.0
 """How often the worker looks for deletions to purge physically (the hook purges only when a deletion
 is newer than the stores' last purges, ragsync.purge)."""
+
+CLEAR_RETRY_S = 1.0
+"""How often the worker looks for deny-set clears to retry (streams.deny_clears; confirmations retry
+them too, so this is for the quiet after the last event); while none waits, a tick costs no call. Not
+the maintenance timer: a purge can hold that one for a lease interval."""
 
 
 def _record(logical: str, message: Any) -> Record:

@@ -7,12 +7,15 @@
    embedded owner's deny-watcher thread.
 2. The worker applies the event through the sink as always (`ApplyResult` carries each store's time).
 3. `confirmed` (once the stores hold it durably, i.e. after the flush and before or with the offset
-   commit): the deny entry is cleared (up to the event's version, so a newer entry stays), and a
-   propagation record with every instant is written and handed to the metrics.
+   commit): the deny entry is cleared (what is older than the event, and its own entry: a newer
+   one, or another event's at the same version, stays), and a propagation record with every
+   instant is written and handed to the metrics.
 
 A deny-set outage never stops a worker: the entry is skipped with a warning (the stores, which do
-not depend on it, still converge) and the event is tracked all the same. Upserts are confirmed too,
-in batches: an upsert of a newer version supersedes older entries of its document.
+not depend on it, still converge) and the event is tracked all the same. A clear that fails is kept
+and retried (streams.deny_clears: after each confirmation and from the worker's periodic path), and
+so is one that must wait for an older event of its document this worker has consumed and not yet
+applied. Upserts are confirmed too, in batches: an upsert supersedes older entries of its document.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from indexer.propagation import PropagationLog, PropagationRecord
 from indexer.sink import ApplyResult, Outcome
 from schemas._time import from_epoch_ms, utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind
+from streams.deny_clears import CAP, Clear, ClearRetries, held
 from streams.dispatch import InvalidEvent, try_decode
 from streams.erasure import parse_marker
 from streams.ports import TOPIC_DOCUMENTS, EventLog, Record
@@ -39,6 +43,10 @@ log = logging.getLogger(__name__)
 
 TRACKED = (EventKind.ACL, EventKind.DELETE)
 DONE_MEMORY = 100_000
+OLDER_WAIT_S = 120.0
+"""How long a clear waits for an older event of its document, consumed here and not yet applied, at
+most: one pending longer has presumably moved to another worker with its partition (this tracker
+never hears of it again) or waits on a store outage; its entry then goes with the clear."""
 
 
 def deny_entry(event: Event, at: datetime) -> DenyEntry | None:
@@ -75,11 +83,16 @@ class Tracker:
         *,
         clock: Callable[[], datetime] = utcnow,
         observe: Callable[[PropagationRecord], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        retry_cap: int = CAP,
     ) -> None:
         self.deny = deny
         self.propagation = propagation
         self.clock = clock
         self.observe = observe
+        self.monotonic = monotonic
+        self.retries = ClearRetries(retry_cap)
+        """Clears that failed or wait for an older event of their document (`retry_clears`)."""
         self._pending: dict[str, Pending] = {}
         self._done: OrderedDict[str, None] = OrderedDict()
         """Recently confirmed event IDs: a deny path that reads an event after its confirmation adds nothing."""
@@ -145,7 +158,7 @@ class Tracker:
                 published = from_epoch_ms(record.timestamp_ms) if record.timestamp_ms is not None else None
                 self._pending.setdefault(event.event_id, Pending(event, at, published))
         for event in overtaken:
-            self._clear(event.tenant, event.doc_id, event.version)
+            self._clear(Clear(event.tenant, event.doc_id, event.version, frozenset({event.event_id})))
 
     # ---- 2. applied --------------------------------------------------------------------------
 
@@ -170,12 +183,13 @@ class Tracker:
             if pending is None or pending.served_at is not None:
                 return
             pending.served_at = self.clock()
-        self._clear(event.tenant, event.doc_id, event.version)
+        self._clear(Clear(event.tenant, event.doc_id, event.version, frozenset({event.event_id})))
 
     # ---- 3. confirmed ------------------------------------------------------------------------
 
     def confirmed(self, events: Sequence[Event | InvalidEvent]) -> list[PropagationRecord]:
-        """The events' writes are durable: clear their deny entries, write their propagation records."""
+        """The events' writes are durable: clear their deny entries, write their propagation records,
+        then retry the clears that wait (one of these events may be what they waited for)."""
         now = self.clock()
         records: list[PropagationRecord] = []
         upserts: dict[tuple[str, str], int] = {}
@@ -194,7 +208,7 @@ class Tracker:
             if pending is None:
                 continue
             if pending.served_at is None:
-                self._clear(event.tenant, event.doc_id, event.version)
+                self._clear(Clear(event.tenant, event.doc_id, event.version, frozenset({event.event_id})))
             records.append(
                 PropagationRecord(
                     event_id=event.event_id,
@@ -220,31 +234,95 @@ class Tracker:
         if self.observe is not None:
             for r in records:
                 self.observe(r)
+        self.retry_clears()
         return records
 
-    def _clear(self, tenant: str, doc_id: str, version: int) -> None:
+    def _clear(self, clear: Clear) -> None:
+        """Clear now, or keep the clear for a retry: an older event of its document is consumed here
+        and not yet applied (its entry must outlive this clear), or the deny set did not answer."""
         if self.deny is None:
             return
-        try:
-            self.deny.clear(tenant, doc_id, version)
-        except (DenyUnavailable, OSError) as exc:
-            # A lingering entry only narrows what queries see; the next confirmation or sweep clears it.
-            self._warn(f"deny set unavailable, entry of {tenant}/{doc_id} left in place: {exc}")
+        if self._older_pending(clear):
+            self.retries.keep(clear)
+            return
+        self._attempt(clear)
+
+    def _attempt(self, clear: Clear) -> bool:
+        """The deny-set calls of one clear; on a failure the clear is kept and the next retry waits."""
+        assert self.deny is not None
+        for event_id in clear.calls():
+            try:
+                self.deny.clear(clear.tenant, clear.doc_id, clear.version, event_id)
+            except (DenyUnavailable, OSError) as exc:
+                # A lingering entry only narrows what queries see; `retry_clears` clears it later.
+                self.retries.keep(clear)
+                wait = self.retries.failed(self.monotonic())
+                what = f"entry of {clear.tenant}/{clear.doc_id}"
+                self._warn(f"deny set unavailable, {what} kept for a retry in {wait:.1f}s: {exc}")
+                return False
+            self.retries.done(clear.tenant, clear.doc_id, clear.version, event_id)
+        self.retries.succeeded()
+        return True
+
+    def _older_pending(self, clear: Clear) -> bool:
+        """Whether an event of the clear's document older than it is consumed here, not yet served,
+        and consumed less than OLDER_WAIT_S ago: its entry must outlive this clear."""
+        oldest = self.clock().timestamp() - OLDER_WAIT_S
+        with self._lock:
+            return any(
+                p.event.version < clear.version
+                and p.event.doc_id == clear.doc_id
+                and p.event.tenant == clear.tenant
+                and p.served_at is None
+                and p.consumed_at.timestamp() >= oldest
+                for p in self._pending.values()
+            )
+
+    def retry_clears(self) -> int:
+        """Retry the clears that failed or waited, once due (after a failure the next try waits
+        longer: streams.deny_clears.RETRY). Every confirmation ends with this, and the worker's
+        periodic path calls it. Stops at the first failure. Returns how many clears were done."""
+        if self.deny is None:
+            return 0
+        taken = self.retries.take(self.monotonic())
+        done = 0
+        for i, clear in enumerate(taken):
+            if self._older_pending(clear):
+                self.retries.keep(clear)
+            elif self._attempt(clear):
+                done += 1
+            else:
+                for rest in taken[i + 1 :]:
+                    self.retries.keep(rest)
+                break
+        if done:
+            log.info("deny set: %d cleared on a retry, %d still waiting", done, len(self.retries))
+        return done
+
+    def clears_waiting(self) -> int:
+        """Documents with a deny-set clear waiting for a retry (a gauge of the worker's metrics)."""
+        return len(self.retries)
 
     def _clear_superseded(self, upserts: dict[tuple[str, str], int]) -> None:
-        """Entries older than an applied upsert of their document (one lookup per tenant)."""
+        """Entries older than an applied upsert of their document (one lookup per tenant). Not the
+        entries at the upsert's version: an ACL change at v is newer than the upsert of v (it was
+        issued after it, or the sink holds the later one), and a deletion at v stops an upsert at v;
+        those entries go with their own events' confirmations."""
         if self.deny is None or not upserts:
             return
         by_tenant: dict[str, dict[str, int]] = {}
         for (tenant, doc_id), version in upserts.items():
             by_tenant.setdefault(tenant, {})[doc_id] = version
-        try:
-            for tenant, docs in by_tenant.items():
-                for entry in self.deny.lookup(tenant, docs):
-                    if entry.version <= docs[entry.doc_id]:
-                        self.deny.clear(tenant, entry.doc_id, docs[entry.doc_id])
-        except (DenyUnavailable, OSError) as exc:
-            self._warn(f"deny set unavailable while confirming upserts: {exc}")
+        for tenant, docs in by_tenant.items():
+            try:
+                found = self.deny.lookup(tenant, docs)
+            except (DenyUnavailable, OSError) as exc:
+                self._warn(f"deny set unavailable while confirming upserts, their clears kept for a retry: {exc}")
+                for doc_id, version in docs.items():
+                    self.retries.keep(Clear(tenant, doc_id, version))
+                continue
+            for doc_id in sorted({e.doc_id for e in found if e.version < docs[e.doc_id]}):
+                self._clear(Clear(tenant, doc_id, docs[doc_id]))
 
     def _warn(self, message: str) -> None:
         self.deny_failures += 1
@@ -258,8 +336,10 @@ class Tracker:
             return len(self._pending)
 
     def sweep(self, docs: DocStateStore) -> int:
-        """Clear entries whose event every store already holds (a worker died between applying and
-        clearing): their document's applied version is at least theirs. Run at worker start."""
+        """Clear entries whose event every store already holds, or made stale (a worker died between
+        applying and clearing; streams.deny_clears.held says which, from the doc state). Run at worker
+        start. Each goes by its own event ID, so an entry of the same version the state does not hold
+        stays; an entry whose clear would take an older entry that is not held with it stays too."""
         if self.deny is None:
             return 0
         try:
@@ -267,12 +347,19 @@ class Tracker:
         except (DenyUnavailable, OSError) as exc:
             self._warn(f"deny set unavailable, not swept: {exc}")
             return 0
-        cleared = 0
+        by_doc: dict[tuple[str, str], list[DenyEntry]] = {}
         for entry in entries:
-            state = docs.get(entry.tenant, entry.doc_id)
-            if state is not None and state.applied_version >= entry.version:
-                self._clear(entry.tenant, entry.doc_id, entry.version)
-                cleared += 1
+            by_doc.setdefault((entry.tenant, entry.doc_id), []).append(entry)
+        cleared = 0
+        for (tenant, doc_id), found in by_doc.items():
+            state = docs.get(tenant, doc_id)
+            if state is None:
+                continue
+            kept = [e.version for e in found if not held(e, state)]
+            for entry in sorted(found, key=lambda e: e.version):
+                if held(entry, state) and not any(version < entry.version for version in kept):
+                    self._clear(Clear(tenant, doc_id, entry.version, frozenset({entry.event_id} - {""})))
+                    cleared += 1
         if cleared:
             log.info("deny set: %d entries of applied events cleared", cleared)
         return cleared

@@ -123,6 +123,18 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
+def drive(tmp_path: Path) -> Path:
+    """A drive folder of three notes of tenant acme, readable by group:staff (the sync tests'; a test
+    module with a tree of its own, tests/test_drive_connector.py, defines its own `drive`)."""
+    drive = tmp_path / "drive"
+    (drive / "acme").mkdir(parents=True)
+    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
+    for i in range(3):
+        (drive / f"acme/note-{i}.md").write_text(f"# Note {i}\n\nThe note number {i} says hello.\n")
+    return drive
+
+
+@pytest.fixture
 def es_prefix() -> Iterator[str]:
     """A fresh Elasticsearch index prefix for the doc-state and audit stores, their indexes dropped after
     the test (the shared cluster outlives every run, so a test's indexes must not)."""

@@ -31,16 +31,6 @@ from streams.sqlite_log import SqliteEventLog
 
 
 @pytest.fixture
-def drive(tmp_path: Path) -> Path:
-    drive = tmp_path / "drive"
-    (drive / "acme").mkdir(parents=True)
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
-    for i in range(3):
-        (drive / f"acme/note-{i}.md").write_text(f"# Note {i}\n\nThe note number {i} says hello.\n")
-    return drive
-
-
-@pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return {
         "RAGSYNC_HOME": str(tmp_path / "home"),

@@ -22,17 +22,6 @@ from streams.embedded_worker import GROUP
 
 
 @pytest.fixture
-def drive(tmp_path: Path) -> Path:
-    """Three notes of tenant acme, readable by group:staff."""
-    drive = tmp_path / "drive"
-    (drive / "acme").mkdir(parents=True)
-    (drive / "acme/.ragsync-acl.toml").write_text('tenant = "acme"\nread = ["group:staff"]\n')
-    for i in range(3):
-        (drive / f"acme/note-{i}.md").write_text(f"# Note {i}\n\nThe note number {i} says hello.\n")
-    return drive
-
-
-@pytest.fixture
 def components(tmp_path: Path) -> Iterator[Any]:
     """A fresh embedded home's components (no model), closed after the test."""
     settings = Settings(home=tmp_path / "home", profile="embedded", session_secret="s" * 32)

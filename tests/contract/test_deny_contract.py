@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import NOW, make_passage, require_service, unique
 
-from indexer.deny import DenyEntry, DenyKind, apply_deny
+from indexer.deny import DenyEntry, DenyKind, apply_deny, clears
 from schemas.principal import AccessFilter
 
 
@@ -61,10 +62,43 @@ def test_add_keeps_the_highest_version_and_lookup_is_per_tenant(deny: Any) -> No
 def test_clear_is_conditional_on_the_version(deny: Any) -> None:
     deny.add(entry("a.md", DenyKind.ACL, 5, ("group:hr",)))
     deny.add(entry("a.md", DenyKind.DELETED, 7))
-    deny.clear("acme", "a.md", 5)  # event 5 confirmed everywhere: the newer deletion entry stays
+    deny.clear("acme", "a.md", 5, "e5")  # event 5 confirmed everywhere: the newer deletion entry stays
     assert [(e.kind, e.version) for e in deny.lookup("acme", ["a.md"])] == [(DenyKind.DELETED, 7)]
-    deny.clear("acme", "a.md", 7)
+    deny.clear("acme", "a.md", 7, "e7")
     assert deny.lookup("acme", ["a.md"]) == []
+
+
+def test_clear_at_its_version_takes_only_its_own_events_entry(deny: Any) -> None:
+    """Two events of one document at one version: A's entry, then B's over it (an equal version
+    overwrites). A's confirmation must leave B's entry, consumed and not yet applied, in place; an
+    upsert of that version (no event ID) clears nothing at it; only what is older goes."""
+    a = replace(entry("a.md", DenyKind.ACL, 4, ("group:hr",)), event_id="event-a")
+    b = replace(entry("a.md", DenyKind.ACL, 4, ("group:board",)), event_id="event-b")
+    deleted = replace(entry("a.md", DenyKind.DELETED, 4), event_id="event-d")
+    deny.add_many([a, b, deleted])
+    deny.add(replace(entry("b.md", DenyKind.ACL, 3), event_id=""))  # an entry without an event ID
+
+    def held(doc: str = "a.md") -> list[tuple[DenyKind, str]]:
+        return sorted((e.kind, e.event_id) for e in deny.lookup("acme", [doc]))
+
+    deny.clear("acme", "a.md", 4, "event-a")  # A confirmed: B's entry is not A's
+    assert held() == [(DenyKind.ACL, "event-b"), (DenyKind.DELETED, "event-d")]
+    deny.clear("acme", "a.md", 4, "")  # an upsert of version 4 supersedes nothing at 4
+    deny.clear("acme", "b.md", 3, "")  # "" names no event, not the entries without one
+    assert held() == [(DenyKind.ACL, "event-b"), (DenyKind.DELETED, "event-d")]
+    assert held("b.md") == [(DenyKind.ACL, "")]
+    deny.clear("acme", "a.md", 4, "event-b")
+    assert held() == [(DenyKind.DELETED, "event-d")]
+    deny.clear("acme", "a.md", 5, "")  # anything older than 5
+    deny.clear("acme", "b.md", 4, "")
+    assert held() == [] and held("b.md") == []
+
+
+def test_the_clear_rule() -> None:
+    e = replace(entry("a.md", DenyKind.ACL, 4), event_id="event-a")
+    assert clears(e, 5, "") and clears(e, 5, "other") and clears(e, 4, "event-a")
+    assert not clears(e, 4, "event-b") and not clears(e, 4, "") and not clears(e, 3, "event-a")
+    assert not clears(replace(e, event_id=""), 4, "")
 
 
 def test_odd_document_ids_round_trip(deny: Any) -> None:
@@ -86,9 +120,9 @@ def test_entries_written_by_one_process_are_seen_by_another(tmp_path: Path, deny
     try:
         deny.add(entry("a.md", DenyKind.DELETED, 2))
         assert [e.version for e in other.lookup("acme", ["a.md"])] == [2]
-        other.clear("acme", "a.md", 2)
+        other.clear("acme", "a.md", 2, "e2")
         if deny.name == "sqlite":
-            deny.clear("acme", "a.md", 2)  # the writer's in-process map is its own; it clears on confirmation
+            deny.clear("acme", "a.md", 2, "e2")  # the writer's in-process map is its own; it clears on confirmation
         assert deny.lookup("acme", ["a.md"]) == []
     finally:
         other.close()
