@@ -195,6 +195,11 @@ class EdgeVectorIndex:
         self._dirty = False
         self._journal: list[Any] | None = None
 
+    @property
+    def holds_sentences(self) -> bool:
+        """Whether the shard has the sentence vector (whatever this index was opened asking for)."""
+        return self._layout
+
     def _update(self, operation: Any, points: int = 1) -> None:
         with self._lock:
             self._shard.update(operation)

@@ -51,7 +51,11 @@ def _server(tmp: Path, sentences: bool = True) -> Any:
     )
 
 
-FACTORIES: dict[str, Callable[..., Any]] = {"qdrant-edge": _edge, "qdrant-server": _server, "qdrant-client-local": _local}
+FACTORIES: dict[str, Callable[..., Any]] = {
+    "qdrant-edge": _edge,
+    "qdrant-server": _server,
+    "qdrant-client-local": _local,
+}
 
 
 def _close(index: Any) -> None:
