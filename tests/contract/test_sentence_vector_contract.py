@@ -223,3 +223,35 @@ def _server_up() -> bool:
             raise
         return False
     return True
+
+
+@pytest.mark.parametrize("name", ["qdrant-server", "qdrant-client-local"])
+def test_a_qdrant_collection_made_without_sentence_vectors_keeps_the_list_off(tmp_path: Path, name: str) -> None:
+    """The server cannot add a named vector to a collection: one made without stays without (a warning
+    says to re-create it), and one made with them still takes passage-only upserts."""
+    from qdrant_client import QdrantClient
+
+    from indexer.qdrant_server import QdrantVectorIndex
+
+    if name == "qdrant-server":
+        require_service("qdrant")
+        client: Callable[[], Any] = lambda: QdrantClient(url=QDRANT_URL)  # noqa: E731
+    else:
+        local = QdrantClient(path=str(tmp_path / "local"))
+        client = lambda: local  # noqa: E731
+    collection = unique("test_passages_")
+    plain = QdrantVectorIndex(client(), DIM, collection=collection)
+    plain.upsert([make_passage("a", anchor="a-1")], rows(unit(0, 1)))
+    asked = QdrantVectorIndex(client(), DIM, collection=collection, sentences=True)
+    try:
+        assert not asked.sentence_vectors
+        asked.upsert([make_passage("b", anchor="b-1")], rows(unit(0, 1)), [rows(unit(1, 0))])
+        assert asked.search_sentences(unit(1, 0), STAFF, 10, -1.0) == []
+        assert sorted(ids(asked.search(unit(0, 1), STAFF, 10, -1.0))) == ["doc.md@1#a-1", "doc.md@1#b-1"]
+    finally:
+        if name == "qdrant-server":
+            asked.drop_all()
+            asked.close()
+            plain.close()
+        else:
+            local.close()
