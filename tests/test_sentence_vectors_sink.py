@@ -81,3 +81,17 @@ def test_the_worker_batch_embeds_sentences_ahead(tmp_path: Path, embedder: Any) 
     sink.apply(event, vectors[event.event_id])
     assert cached.misses == misses, "apply reads the sentence vectors from the cache"
     assert vector.search_sentences(cached.embed_query("who books train tickets?"), STAFF, 5, 0.3)
+
+
+def test_the_reader_and_reranker_embed_no_sentence_at_serve_time(tmp_path: Path, embedder: Any) -> None:
+    """The sentence texts stored are the ones the reranker and the extractive model embed, under the same
+    embedding-cache keys: once ingested, serving a question embeds no sentence (issue 22 item 3)."""
+    from query.rerank import SentenceReranker
+    from query.retrieval import _rerank_input
+
+    sink, _, cached, lexical = _sink(tmp_path, embedder)
+    sink.apply(upsert(1, DOC))
+    passages = lexical.doc_passages("acme", "t:p.md")
+    misses = cached.misses
+    scores = SentenceReranker(cached).score("who books hotels?", [_rerank_input(p) for p in passages])
+    assert len(scores) == len(passages) and cached.misses == misses
