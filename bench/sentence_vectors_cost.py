@@ -36,7 +36,8 @@ SYNC_ARGS = {
 
 
 def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    """Bytes allocated on disk (qdrant-edge preallocates sparse files: their apparent size says little)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
 
 def sync(corpus: Path, home: Path, sentences: bool, args: list[str]) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def sync(corpus: Path, home: Path, sentences: bool, args: list[str]) -> dict[str
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
         "vector_shard_bytes": _size(home / "vectors"),
-        "embedding_cache_bytes": sum(f.stat().st_size for f in home.glob("embeddings.db*")),
+        "embedding_cache_bytes": sum(f.stat().st_blocks * 512 for f in home.glob("embeddings.db*")),
         "sync": json.loads(done.stdout) if done.stdout.strip().startswith("{") else done.stdout[-500:],
     }
 
