@@ -215,7 +215,7 @@ class QdrantVectorIndex:
         self._client = client
         self.sentence_vectors = sentences
         """Asked for, and the collection has the sentence multivector (a collection created without it keeps
-        none: the server cannot add a named vector to it, so the list stays off until it is re-created)."""
+        none: adding a named vector to it is not done here, so the list stays off until it is re-created)."""
         self.dim = dim
         self.collection = collection
         options = client.init_options
