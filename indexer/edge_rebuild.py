@@ -11,7 +11,7 @@ import sys
 
 import qdrant_edge as q
 
-from indexer.qdrant_edge import shard_config
+from indexer.edge_config import shard_config
 
 
 def main(argv: list[str]) -> int:

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import qdrant_edge as q
 
+from indexer.edge_config import VACUUM as VACUUM  # re-export (indexer.edge_config)
+from indexer.edge_config import load_shard, sentence_rows, shard_config
 from indexer.payload import (
     granted_as_of,
     iso,
@@ -44,7 +46,7 @@ from indexer.payload import (
     since_ms,
     stored_passage,
 )
-from indexer.ports import MAX_SENTENCE_VECTORS, SENTENCE_VECTOR, Durability, StoredPassage, VectorHit, Vectors
+from indexer.ports import SENTENCE_VECTOR, Durability, StoredPassage, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
@@ -109,45 +111,6 @@ def access_filter(access: AccessFilter, *, instants: bool = True) -> q.Filter:
     return q.Filter(must=must)
 
 
-VACUUM = q.EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=0)
-"""Any segment with a deleted point is rebuilt without it at the next `optimize` (the defaults wait
-for 20 % deleted in segments of 1000+ vectors: a deleted point's vector could stay for good)."""
-
-
-def shard_config(dim: int, sentences: bool = False) -> Any:
-    """The one shard configuration, for the live shard and for the child that rebuilds a copy; with
-    `sentences`, the sentence multivector (max-sim) beside the passage vector on every point."""
-    passage = q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine)
-    if not sentences:
-        return q.EdgeConfig(vectors=passage, optimizers=VACUUM)
-    return q.EdgeConfig(vectors={"": passage, SENTENCE_VECTOR: _sentence_params(dim)}, optimizers=VACUUM)
-
-
-def _sentence_params(dim: int) -> Any:
-    return q.EdgeVectorParams(
-        size=dim, distance=q.Distance.Cosine, multivector_config=q.MultiVectorConfig(q.MultiVectorComparator.MaxSim)
-    )
-
-
-def _load(path: Path, dim: int, sentences: bool) -> tuple[Any, bool]:
-    """The shard at `path` under its own layout (with or without sentence vectors: a config of the other
-    layout is refused as incompatible), and whether it holds sentence vectors."""
-    try:
-        return q.EdgeShard.load(str(path), shard_config(dim, sentences)), sentences
-    except Exception as exc:  # qdrant-edge raises its own bare exception types
-        if "incompatible" not in str(exc):
-            raise
-    return q.EdgeShard.load(str(path), shard_config(dim, not sentences)), not sentences
-
-
-def sentence_rows(rows: Vectors) -> list[list[float]]:
-    """A passage's sentence vectors as the store takes them: the first MAX_SENTENCE_VECTORS rows."""
-    kept: list[list[float]] = (
-        np.asarray(rows, dtype=np.float64).reshape(-1, rows.shape[-1])[:MAX_SENTENCE_VECTORS].tolist()
-    )
-    return kept
-
-
 REBUILD_TIMEOUT_S = 3600.0
 
 
@@ -166,7 +129,7 @@ class EdgeVectorIndex:
         if path.exists() and any(path.iterdir()):
             # Older shards get the vacuum settings too; one without sentence vectors gets them added when
             # asked for (its points have none until re-synced), one with them keeps them either way.
-            self._shard, self._layout = _load(path, dim, sentences)
+            self._shard, self._layout = load_shard(path, dim, sentences)
             if sentences and not self._layout:
                 self._shard.update(
                     q.UpdateOperation.create_dense_vector(

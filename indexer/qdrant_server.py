@@ -20,9 +20,10 @@ call returns. For revocations and deletions that is the promise itself; for upse
 lets the sink record a document as applied only once every store shows it. ACL changes are
 payload-only (`set_payload` by filter on tenant+doc_id): the vectors are never re-uploaded.
 
-Versions: `connect` asks the server for its version before anything else and refuses a pair that
-qdrant-client does not support (major versions equal, minors at most one apart), with one line
-that says what to change, instead of the client's background warning and odd failures later.
+Sentence vectors (`sentences=True`, VectorIndex.sentence_vectors): a named max-sim multivector beside
+the unnamed passage vector on the same point, so every write above reaches them in the same request.
+
+Connecting and the version check (`connect`, `open_local`): indexer.qdrant_connect.
 
 The adapter owns the client it is given and closes it in `close()`.
 """
@@ -30,13 +31,11 @@ The adapter owns the client it is given and closes it in `close()`.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import logging
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,10 +50,16 @@ from indexer.ports import (
     SENTENCE_VECTOR,
     Durability,
     StoredPassage,
-    StoreUnavailable,
     VectorHit,
     Vectors,
 )
+from indexer.qdrant_connect import LOCAL_MODE_NOTE as LOCAL_MODE_NOTE  # re-export (indexer.qdrant_connect)
+from indexer.qdrant_connect import QdrantUnavailable as QdrantUnavailable  # re-export
+from indexer.qdrant_connect import client_version as client_version  # re-export
+from indexer.qdrant_connect import compatible as compatible  # re-export
+from indexer.qdrant_connect import connect as connect  # re-export
+from indexer.qdrant_connect import open_local as open_local  # re-export
+from indexer.qdrant_connect import version_problem as version_problem  # re-export
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
@@ -73,8 +78,6 @@ _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams]
 _LOCAL_INDEX_WARNING = r"Payload indexes have no effect in the local Qdrant"
 """qdrant-client's local mode warns that it filters point by point; only its warning is silenced."""
 
-LOCAL_MODE_NOTE = "local mode is single-process: use a Qdrant server (RAGSYNC_QDRANT_URL) for workers and askers"
-
 
 def _chunks(sizes: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
     """(start, end) runs of points whose vectors (`sizes`, in vectors of the collection's dimension) stay
@@ -89,68 +92,11 @@ def _chunks(sizes: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
         yield start, len(sizes)
 
 
-class QdrantUnavailable(StoreUnavailable):
-    """The server cannot be used: unreachable, or a version qdrant-client does not support."""
-
-
-def client_version() -> str:
-    return importlib.metadata.version("qdrant-client")
-
-
-def compatible(client: str, server: str) -> bool:
-    """qdrant-client's own rule: same major version, minor versions at most one apart."""
-    try:
-        c_major, c_minor = (int(x) for x in client.split(".")[:2])
-        s_major, s_minor = (int(x) for x in server.split(".")[:2])
-    except ValueError:
-        return False
-    return c_major == s_major and abs(c_minor - s_minor) <= 1
-
-
-def version_problem(url: str, client: str, server: str) -> str | None:
-    """The one-line reason a client/server pair must not be used, or None when it may."""
-    if compatible(client, server):
-        return None
-    return (
-        f"Qdrant server at {url} is {server} but qdrant-client is {client}: their minor versions must be at"
-        f" most one apart (install qdrant-client {'.'.join(server.split('.')[:2])}.x, or run a matching server)"
-    )
-
-
 UPSERT_FLOATS = 400_000
 """Vector components per upsert request (1,041 points of 384). The server refuses a JSON body over
 32 MB and a component takes up to ~20 bytes as JSON (a point of 384 with its payload: ~8 KB), so one
 request for a document of ~4,000 passages or more was refused (HTTP 400) and the document could never
 be indexed on the cluster profile; a request now stays near 8 MB whatever the dimension."""
-
-
-def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
-    """A client for the server at `url`, checked reachable and version-compatible first."""
-    qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
-    try:
-        server = qdrant.info().version
-    except Exception as exc:  # httpx/qdrant-client raise several types for a refused or broken connection
-        qdrant.close()
-        raise QdrantUnavailable(
-            f"Qdrant server not reachable at {url} ({type(exc).__name__}): start it with"
-            " `compose/local/services up qdrant` or set RAGSYNC_QDRANT_URL;"
-            " RAGSYNC_QDRANT_URL=local runs qdrant-client's local mode instead (one process only)"
-        ) from exc
-    problem = version_problem(url, client or client_version(), server)
-    if problem:
-        qdrant.close()
-        raise QdrantUnavailable(problem)
-    return qdrant
-
-
-def open_local(path: Path) -> QdrantClient:
-    """qdrant-client's local mode: the same API in-process, one process at a time per folder."""
-    try:
-        return QdrantClient(path=str(path))
-    except RuntimeError as exc:
-        if "already accessed" not in str(exc):
-            raise
-        raise QdrantUnavailable(f"Qdrant local storage {path} is open in another process ({LOCAL_MODE_NOTE})") from exc
 
 
 def _match(key: str, value: str) -> models.FieldCondition:

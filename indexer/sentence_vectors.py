@@ -24,8 +24,9 @@ def capped_texts(passage: Passage, texts_of: SentenceTexts) -> list[str]:
     return list(texts_of(passage))[:MAX_SENTENCE_VECTORS]
 
 
-def all_texts(passages: Sequence[Passage], texts_of: SentenceTexts) -> list[str]:
-    return [t for p in passages for t in capped_texts(p, texts_of)]
+def all_texts(passages: Sequence[Passage], texts_of: SentenceTexts | None) -> list[str]:
+    """Every stored sentence text of these passages (none when sentence vectors are not written)."""
+    return [t for p in passages for t in capped_texts(p, texts_of)] if texts_of is not None else []
 
 
 def embed_sentences(embedder: Embedder, passages: Sequence[Passage], texts_of: SentenceTexts) -> list[Vectors]:

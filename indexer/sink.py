@@ -132,20 +132,15 @@ class IndexSink:
         self._sub_batch = EMBED_SUB_BATCH
         """Texts per embedding call of a batch that may give way, learnt from the last call's pace."""
         self._side = SideBySide()
-        self.sentence_texts = sentence_texts
-        """Each passage's sentence texts, embedded beside its vector when the vector store keeps sentence
-        vectors (VectorIndex.sentence_vectors); None: no sentence vectors are written."""
+        self.sentence_texts = sentence_texts  # embedded beside each passage when the store keeps sentence vectors
 
     def _sentences(self) -> SentenceTexts | None:
-        if self.sentence_texts is None or self.vector is None or not self.vector.sentence_vectors:
-            return None
-        return self.sentence_texts
+        keeps = self.sentence_texts is not None and self.vector is not None and self.vector.sentence_vectors
+        return self.sentence_texts if keeps else None
 
     def _embedded_texts(self, passages: Sequence[Passage]) -> list[str]:
         """Every text of these passages the embedder may have cached: the passage's, and its sentences'."""
-        texts = [embedding_text(p) for p in passages]
-        sentences = self._sentences()
-        return texts + all_texts(passages, sentences) if sentences is not None else texts
+        return [embedding_text(p) for p in passages] + all_texts(passages, self._sentences())
 
     def embed_upserts(
         self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None, *, resume: bool = False
