@@ -83,26 +83,23 @@ LIVE_LISTS = Method(sentence_weight=1.0, subquery_weight=1.0)
 home's store holds sentence vectors): the lists come from the stores, not from the replay's features."""
 
 
-def _has_sentence_vectors(home: Path) -> bool:
-    """Whether the home's vector shard holds sentence vectors, read without adding them."""
+def _has_sentence_vectors(settings: Settings) -> bool:
+    """Whether the home's vector shard holds sentence vectors, read without adding them (opened asking
+    for none; the embedder gives the dimension)."""
     from indexer.qdrant_edge import EdgeVectorIndex
 
-    shard = home / "vectors"
-    if not shard.is_dir():
-        return False
-    probe = EdgeVectorIndex(shard, 384)  # the dimension is checked by nothing here; the layout is read
+    components = build_embedded(settings)
     try:
-        return probe.holds_sentences
+        vector = components.vector
+        return isinstance(vector, EdgeVectorIndex) and vector.holds_sentences
     finally:
-        probe.close()
+        components.close()
 
 
 def collect_set(name: str, base: Path, home: Path, model_path: Path, candidates: int = 50) -> dict[str, Any]:
-    stored = _has_sentence_vectors(home)
-    settings = Settings(
-        home=home, embed_model_path=model_path, session_secret="loo-collect-" + "x" * 20, sentence_vectors=stored
-    )
-    components = build_embedded(settings)
+    settings = Settings(home=home, embed_model_path=model_path, session_secret="loo-collect-" + "x" * 20)
+    stored = _has_sentence_vectors(settings)
+    components = build_embedded(settings.model_copy(update={"sentence_vectors": stored}))
     try:
         retriever = components.retriever()
         retriever = Retriever(
