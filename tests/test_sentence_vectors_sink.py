@@ -95,3 +95,36 @@ def test_the_reader_and_reranker_embed_no_sentence_at_serve_time(tmp_path: Path,
     misses = cached.misses
     scores = SentenceReranker(cached).score("who books hotels?", [_rerank_input(p) for p in passages])
     assert len(scores) == len(passages) and cached.misses == misses
+
+
+def test_retention_removes_superseded_sentence_vectors_and_their_cache_entries(tmp_path: Path, embedder: Any) -> None:
+    from conftest import MODEL_PATH
+
+    from ragsync.purge import Purger
+    from ragsync.settings import Settings
+    from ragsync.wiring import build_embedded
+
+    settings = Settings(home=tmp_path / "home", embed_model_path=MODEL_PATH, sentence_vectors=True)
+    components = build_embedded(settings)
+    try:
+        sink = components.sink()
+        old = upsert(1, "# Old\n\nThe first wording of the page is kept for a while.")
+        sink.apply(old)
+        sink.apply(
+            upsert(
+                2, "# New\n\nThe second wording of the page replaces it.", effective=old.occurred_at + timedelta(days=3)
+            )
+        )
+        sink.flush()
+        vector, cached = components.vector, components.embedder
+        assert vector is not None and vector.sentence_vectors and cached is not None
+        (first,) = [p for p in components.lexical.doc_passages("acme", "t:p.md") if p.version == 1]
+        keys = _keys(cached, list(passage_sentence_texts(first)))
+        assert cached.present(keys) == len(keys) == 1
+        then = AccessFilter("acme", ("group:staff",), old.occurred_at + timedelta(days=1))
+        query = cached.embed_query("the first wording")
+        assert [h.version for h in vector.search_sentences(query, then, 5, -1.0)] == [1]
+        assert Purger(components).expire_superseded(days=0) == 1
+        assert vector.search_sentences(query, then, 5, -1.0) == [] and cached.present(keys) == 0
+    finally:
+        components.close()
