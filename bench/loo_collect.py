@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +78,48 @@ class _Vectors:
         return np.stack([self.by_text[t] for t in texts]) if texts else np.zeros((0, self.embedder.dim))
 
 
+LIVE_LISTS = Method(sentence_weight=1.0, subquery_weight=1.0)
+"""The method the replay is also checked under against a live Retriever with both lists on (when the
+home's store holds sentence vectors): the lists come from the stores, not from the replay's features."""
+
+
+def _has_sentence_vectors(settings: Settings) -> bool:
+    """Whether the home's vector shard holds sentence vectors, read without adding them (opened asking
+    for none; the embedder gives the dimension)."""
+    from indexer.qdrant_edge import EdgeVectorIndex
+
+    components = build_embedded(settings)
+    try:
+        vector = components.vector
+        return isinstance(vector, EdgeVectorIndex) and vector.holds_sentences
+    finally:
+        components.close()
+
+
 def collect_set(name: str, base: Path, home: Path, model_path: Path, candidates: int = 50) -> dict[str, Any]:
     settings = Settings(home=home, embed_model_path=model_path, session_secret="loo-collect-" + "x" * 20)
-    components = build_embedded(settings)
+    stored = _has_sentence_vectors(settings)
+    components = build_embedded(settings.model_copy(update={"sentence_vectors": stored}))
     try:
         retriever = components.retriever()
         retriever = Retriever(
             retriever.lexical, retriever.vector, retriever.embedder, None, retriever.settings, retriever.reranker
+        )
+        both = Retriever(
+            retriever.lexical,
+            retriever.vector,
+            retriever.embedder,
+            None,
+            replace(retriever.settings, sentence_weight=1.0, subquery_weight=1.0),
+            retriever.reranker,
+        )
+        listed = Retriever(
+            retriever.lexical,
+            retriever.vector,
+            retriever.embedder,
+            None,
+            replace(retriever.settings, sentence_weight=1.0, dense_floor=-1.0),
+            None,
         )
         embedder = retriever.embedder
         assert embedder is not None and retriever.vector is not None, "needs the embedding model"
@@ -91,17 +127,23 @@ def collect_set(name: str, base: Path, home: Path, model_path: Path, candidates:
         readable: dict[tuple[str, ...], list[Passage]] = {}
         out: list[QuestionFeatures] = []
         mismatches: list[str] = []
+        mismatches_lists: list[str] = []
         checked = 0
         for q in load_questions(base / "questions.jsonl"):
             if q.expect != "answer":
                 continue
             access = AccessFilter.for_principal(q.principal, q.as_of or _now())
-            out.append(_question(name, q, access, retriever, embedder, vectors, readable, candidates))
+            from_store = _pairs(listed.sentence_hits(q.question, access, candidates)) if stored else None
+            out.append(_question(name, q, access, retriever, embedder, vectors, readable, candidates, from_store))
             if len(out) % CHECK_EVERY == 1:
                 checked += 1
                 live = [pid for pid, _ in retriever.rank(q.question, access).fused[:10]]
                 if rank(out[-1], Method())[:10] != live:
                     mismatches.append(q.id)
+                if stored:
+                    live_lists = [pid for pid, _ in both.rank(q.question, access).fused[:10]]
+                    if rank(out[-1], LIVE_LISTS)[:10] != live_lists:
+                        mismatches_lists.append(q.id)
             print(f"\r{name}: {len(out)} questions", end="", file=sys.stderr)
         print(file=sys.stderr)
         return {
@@ -109,6 +151,8 @@ def collect_set(name: str, base: Path, home: Path, model_path: Path, candidates:
             "questions": out,
             "replay_mismatches": mismatches,
             "replay_checked": checked,
+            "sentence_source": "store" if stored else "brute force",
+            "replay_mismatches_with_lists": mismatches_lists if stored else None,
             "settings": retriever.settings,
         }
     finally:
@@ -124,7 +168,10 @@ def _question(
     vectors: _Vectors,
     readable: dict[tuple[str, ...], list[Passage]],
     candidates: int,
+    from_store: list[tuple[str, float]] | None = None,
 ) -> QuestionFeatures:
+    """`from_store`: the sentence list the store's sentence vectors give (then `sentence`, the brute-force
+    list kept as `sentence_brute`)."""
     lexical = retriever.lexical_hits(q.question, access, candidates)
     dense = retriever.dense_hits(q.question, access, candidates, floor=-1.0)
     key = (access.tenant, *access.entries, access.as_of.isoformat())
@@ -147,6 +194,7 @@ def _question(
         best.append((pid, max(sims[:-1])))
     best.sort(key=lambda t: (-t[1], t[0]))
     keep = {h.passage.passage_id for h in (*lexical, *dense, *sub_hits)} | {pid for pid, _ in best[:candidates]}
+    keep |= {pid for pid, _ in from_store or []}
     feats = {pid: c for pid, c in feats.items() if pid in keep}
     return QuestionFeatures(
         set=name,
@@ -156,9 +204,10 @@ def _question(
         terms=sorted(content_terms(q.question)),
         lexical=_pairs(lexical),
         dense=_pairs(dense),
-        sentence=best[:candidates],
+        sentence=best[:candidates] if from_store is None else from_store,
         candidates=feats,
         subquery=_best_per_passage(sub_hits)[:candidates],
+        sentence_brute=best[:candidates] if from_store is not None else [],
     )
 
 

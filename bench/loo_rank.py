@@ -77,6 +77,9 @@ class QuestionFeatures:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     subquery: list[tuple[str, float]] = field(default_factory=list)
     """Passages by their best dense cosine to any one sentence of a question of several (else empty)."""
+    sentence_brute: list[tuple[str, float]] = field(default_factory=list)
+    """When `sentence` came from the store's sentence vectors: the brute-force list it replaces (every
+    sentence of every readable passage, no cap), kept to compare the two."""
 
 
 def lists(q: QuestionFeatures, m: Method) -> tuple[list[str], list[str], list[str]]:

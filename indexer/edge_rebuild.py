@@ -11,14 +11,15 @@ import sys
 
 import qdrant_edge as q
 
-from indexer.qdrant_edge import shard_config
+from indexer.edge_config import shard_config
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m indexer.edge_rebuild SHARD_DIR DIM", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: python -m indexer.edge_rebuild SHARD_DIR DIM [sentences|passages]", file=sys.stderr)
         return 2
-    shard = q.EdgeShard.load(argv[0], shard_config(int(argv[1])))
+    sentences = len(argv) == 3 and argv[2] == "sentences"
+    shard = q.EdgeShard.load(argv[0], shard_config(int(argv[1]), sentences))
     changed = bool(shard.optimize())
     shard.flush()
     shard.close()

@@ -32,6 +32,13 @@ from schemas.text import LexicalAnalyzer as LexicalAnalyzer  # re-export
 
 Vectors = npt.NDArray[np.float32]
 
+MAX_SENTENCE_VECTORS = 48
+"""Sentence vectors kept per passage (the first ones): a passage of at most ~1,000 characters rarely holds
+more sentences of four words or more; the cap bounds what one point costs the store."""
+
+SENTENCE_VECTOR = "sentences"
+"""The name of the sentence multivector beside the passage's (unnamed) vector, on both Qdrant adapters."""
+
 
 Removal = Literal["purge", "compaction", "server"]
 """How a deleted record's bytes leave an adapter's files; the ports whose adapters differ declare it as `removal`.
@@ -204,7 +211,16 @@ class VectorIndex(Protocol):
     durability: Durability
     """When a write is durable: on return ("write") or once `flush` returned ("flush")."""
 
-    def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None: ...
+    sentence_vectors: bool
+    """Whether the store holds sentence vectors beside each passage vector (`upsert`'s `sentences`) and
+    answers `search_sentences`. They live on the passage's own point (a named multivector beside the
+    passage vector), so every write that reaches a passage (deletion, ACL change, supersession,
+    retention) reaches its sentence vectors in the same operation. False: `sentences` are ignored and
+    `search_sentences` returns none (a store created before them, or the setting off)."""
+
+    def upsert(self, passages: Sequence[Passage], vectors: Vectors, sentences: Sequence[Vectors] | None = None) -> None:
+        """`sentences`: per passage, its sentence vectors (rows; at most MAX_SENTENCE_VECTORS kept), stored
+        when `sentence_vectors`; a passage given none is found by `search` but never by `search_sentences`."""
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None: ...
 
@@ -216,6 +232,10 @@ class VectorIndex(Protocol):
 
     def search(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         """Cosine similarity; hits below floor dropped by the store (score_threshold)."""
+
+    def search_sentences(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
+        """Passages by their best sentence's cosine to the vector (max-sim), the same permission filter
+        inside the store's query, hits below floor dropped by the store; none without `sentence_vectors`."""
 
     def count(self, tenant: str, doc_id: str | None = None) -> int: ...
 

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import qdrant_edge as q
 
+from indexer.edge_config import VACUUM as VACUUM  # re-export (indexer.edge_config)
+from indexer.edge_config import load_shard, sentence_rows, shard_config
 from indexer.payload import (
     granted_as_of,
     iso,
@@ -44,7 +46,7 @@ from indexer.payload import (
     since_ms,
     stored_passage,
 )
-from indexer.ports import Durability, StoredPassage, VectorHit, Vectors
+from indexer.ports import SENTENCE_VECTOR, Durability, StoredPassage, VectorHit, Vectors
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
@@ -109,16 +111,6 @@ def access_filter(access: AccessFilter, *, instants: bool = True) -> q.Filter:
     return q.Filter(must=must)
 
 
-VACUUM = q.EdgeOptimizersConfig(deleted_threshold=0.0, vacuum_min_vector_number=0)
-"""Any segment with a deleted point is rebuilt without it at the next `optimize` (the defaults wait
-for 20 % deleted in segments of 1000+ vectors: a deleted point's vector could stay for good)."""
-
-
-def shard_config(dim: int) -> Any:
-    """The one shard configuration, for the live shard and for the child that rebuilds a copy."""
-    return q.EdgeConfig(vectors=q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine), optimizers=VACUUM)
-
-
 REBUILD_TIMEOUT_S = 3600.0
 
 
@@ -127,28 +119,49 @@ class EdgeVectorIndex:
     combines_writes = False
     durability: Durability = "flush"
 
-    def __init__(self, path: Path, dim: int) -> None:
+    def __init__(self, path: Path, dim: int, *, sentences: bool = False) -> None:
         self._lock = threading.RLock()
         self._rebuild_lock = threading.Lock()
         self._path = path
         self._copy = path.with_name(path.name + ".rebuild")
         self._old = path.with_name(path.name + ".old")
         _recover(path, self._copy, self._old)
-        config = shard_config(dim)
         if path.exists() and any(path.iterdir()):
-            self._shard = q.EdgeShard.load(str(path), config)  # older shards get the vacuum settings too
+            # Older shards get the vacuum settings too; one without sentence vectors gets them added when
+            # asked for (its points have none until re-synced), one with them keeps them either way.
+            self._shard, self._layout = load_shard(path, dim, sentences)
+            if sentences and not self._layout:
+                self._shard.update(
+                    q.UpdateOperation.create_dense_vector(
+                        SENTENCE_VECTOR,
+                        dim,
+                        q.Distance.Cosine,
+                        q.MultiVectorConfig(q.MultiVectorComparator.MaxSim),
+                    )
+                )
+                self._shard.flush()
+                self._layout = True
         else:
             path.mkdir(parents=True, exist_ok=True)
-            self._shard = q.EdgeShard.create(str(path), config)
+            self._shard = q.EdgeShard.create(str(path), shard_config(dim, sentences))
+            self._layout = sentences
             for field_name, schema in _INDEXED_FIELDS.items():
                 self._shard.update(q.UpdateOperation.create_field_index(field_name, schema))
             self._shard.flush()
+        self.sentence_vectors = sentences
+        """Asked for (the setting): upserts write them and `search_sentences` reads them. `_layout`: whether
+        the shard has the sentence vector at all (kept once added; its rebuilds load it so)."""
         self.dim = dim
         self.changed_since_optimize = 0
         self.last_search_at = 0.0
         self.last_rebuild: dict[str, float] = {}
         self._dirty = False
         self._journal: list[Any] | None = None
+
+    @property
+    def holds_sentences(self) -> bool:
+        """Whether the shard has the sentence vector (whatever this index was opened asking for)."""
+        return self._layout
 
     def _update(self, operation: Any, points: int = 1) -> None:
         with self._lock:
@@ -158,15 +171,18 @@ class EdgeVectorIndex:
             self._dirty = True
             self.changed_since_optimize += points
 
-    def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None:
+    def upsert(self, passages: Sequence[Passage], vectors: Vectors, sentences: Sequence[Vectors] | None = None) -> None:
         if not passages:
             return
-        if len(passages) != len(vectors):
-            raise ValueError("one vector per passage")
-        points = [
-            q.Point(point_id(p.tenant, p.passage_id), np.asarray(v, dtype=np.float64).tolist(), passage_to_point(p))
-            for p, v in zip(passages, vectors, strict=True)
-        ]
+        if len(passages) != len(vectors) or (sentences is not None and len(sentences) != len(passages)):
+            raise ValueError("one vector (and one set of sentence vectors) per passage")
+        keep = sentences is not None and self.sentence_vectors
+        points = []
+        for i, (p, v) in enumerate(zip(passages, vectors, strict=True)):
+            vector: Any = np.asarray(v, dtype=np.float64).tolist()
+            if keep and sentences is not None and len(sentences[i]):
+                vector = {"": vector, SENTENCE_VECTOR: sentence_rows(sentences[i])}
+            points.append(q.Point(point_id(p.tenant, p.passage_id), vector, passage_to_point(p)))
         self._update(q.UpdateOperation.upsert_points(points), len(points))
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
@@ -204,17 +220,29 @@ class EdgeVectorIndex:
         every hit passes, they are the nearest admitted points too; if one fails (an entry granted after
         the instant asked about), the search runs again with the whole filter. Measured at 20k passages,
         filter admitting all: p50 8.6 ms of Qdrant's threads with the instants in the filter, 2.2 without."""
+        return self._search(
+            q.Query.Nearest(np.asarray(vector, dtype=np.float64).reshape(-1).tolist()), access, limit, floor
+        )
+
+    def search_sentences(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
+        """Passages by their best sentence (max-sim of a one-vector query), searched as `search` is."""
+        if not self.sentence_vectors:
+            return []
+        query = q.Query.Nearest([np.asarray(vector, dtype=np.float64).reshape(-1).tolist()], using=SENTENCE_VECTOR)
+        return self._search(query, access, limit, floor)
+
+    def _search(self, query: Any, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
-        points = self._query(vector, access_filter(access, instants=False), limit, floor)
+        points = self._query(query, access_filter(access, instants=False), limit, floor)
         if not all(granted_as_of(p.payload or {}, access) for p in points):
-            points = self._query(vector, access_filter(access), limit, floor)
+            points = self._query(query, access_filter(access), limit, floor)
         return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in points]
 
-    def _query(self, vector: Vectors, flt: q.Filter, limit: int, floor: float) -> list[Any]:
+    def _query(self, query: Any, flt: q.Filter, limit: int, floor: float) -> list[Any]:
         request = q.QueryRequest(
             limit=limit,
-            query=q.Query.Nearest(np.asarray(vector, dtype=np.float64).reshape(-1).tolist()),
+            query=query,
             filter=flt,
             score_threshold=floor,
             with_payload=True,
@@ -302,7 +330,14 @@ class EdgeVectorIndex:
             copied = time.perf_counter()
             try:
                 child = subprocess.run(
-                    [sys.executable, "-m", "indexer.edge_rebuild", str(self._copy), str(self.dim)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "indexer.edge_rebuild",
+                        str(self._copy),
+                        str(self.dim),
+                        "sentences" if self._layout else "passages",
+                    ],
                     capture_output=True,
                     text=True,
                     timeout=REBUILD_TIMEOUT_S,
@@ -331,7 +366,7 @@ class EdgeVectorIndex:
 
     def _swap(self, journal: list[Any]) -> None:
         """Under the lock: the optimized copy becomes the shard, with the writes made meanwhile."""
-        config = shard_config(self.dim)
+        config = shard_config(self.dim, self._layout)
         self._shard.flush()
         self._shard.close()
         self._path.rename(self._old)

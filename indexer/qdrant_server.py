@@ -20,9 +20,10 @@ call returns. For revocations and deletions that is the promise itself; for upse
 lets the sink record a document as applied only once every store shows it. ACL changes are
 payload-only (`set_payload` by filter on tenant+doc_id): the vectors are never re-uploaded.
 
-Versions: `connect` asks the server for its version before anything else and refuses a pair that
-qdrant-client does not support (major versions equal, minors at most one apart), with one line
-that says what to change, instead of the client's background warning and odd failures later.
+Sentence vectors (`sentences=True`, VectorIndex.sentence_vectors): a named max-sim multivector beside
+the unnamed passage vector on the same point, so every write above reaches them in the same request.
+
+Connecting and the version check (`connect`, `open_local`): indexer.qdrant_connect.
 
 The adapter owns the client it is given and closes it in `close()`.
 """
@@ -30,12 +31,11 @@ The adapter owns the client it is given and closes it in `close()`.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
+import logging
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,10 +45,26 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from indexer.combine import Combiner
 from indexer.payload import granted_as_of, iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
-from indexer.ports import Durability, StoredPassage, StoreUnavailable, VectorHit, Vectors
+from indexer.ports import (
+    MAX_SENTENCE_VECTORS,
+    SENTENCE_VECTOR,
+    Durability,
+    StoredPassage,
+    VectorHit,
+    Vectors,
+)
+from indexer.qdrant_connect import LOCAL_MODE_NOTE as LOCAL_MODE_NOTE  # re-export (indexer.qdrant_connect)
+from indexer.qdrant_connect import QdrantUnavailable as QdrantUnavailable  # re-export
+from indexer.qdrant_connect import client_version as client_version  # re-export
+from indexer.qdrant_connect import compatible as compatible  # re-export
+from indexer.qdrant_connect import connect as connect  # re-export
+from indexer.qdrant_connect import open_local as open_local  # re-export
+from indexer.qdrant_connect import version_problem as version_problem  # re-export
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
+
+log = logging.getLogger(__name__)
 
 _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams] = {
     "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
@@ -62,35 +78,18 @@ _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams]
 _LOCAL_INDEX_WARNING = r"Payload indexes have no effect in the local Qdrant"
 """qdrant-client's local mode warns that it filters point by point; only its warning is silenced."""
 
-LOCAL_MODE_NOTE = "local mode is single-process: use a Qdrant server (RAGSYNC_QDRANT_URL) for workers and askers"
 
-
-class QdrantUnavailable(StoreUnavailable):
-    """The server cannot be used: unreachable, or a version qdrant-client does not support."""
-
-
-def client_version() -> str:
-    return importlib.metadata.version("qdrant-client")
-
-
-def compatible(client: str, server: str) -> bool:
-    """qdrant-client's own rule: same major version, minor versions at most one apart."""
-    try:
-        c_major, c_minor = (int(x) for x in client.split(".")[:2])
-        s_major, s_minor = (int(x) for x in server.split(".")[:2])
-    except ValueError:
-        return False
-    return c_major == s_major and abs(c_minor - s_minor) <= 1
-
-
-def version_problem(url: str, client: str, server: str) -> str | None:
-    """The one-line reason a client/server pair must not be used, or None when it may."""
-    if compatible(client, server):
-        return None
-    return (
-        f"Qdrant server at {url} is {server} but qdrant-client is {client}: their minor versions must be at"
-        f" most one apart (install qdrant-client {'.'.join(server.split('.')[:2])}.x, or run a matching server)"
-    )
+def _chunks(sizes: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
+    """(start, end) runs of points whose vectors (`sizes`, in vectors of the collection's dimension) stay
+    within `budget` vectors per request; a point larger than the budget goes alone."""
+    start, used = 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and used + size > max(1, budget):
+            yield start, i
+            start, used = i, 0
+        used += size
+    if start < len(sizes):
+        yield start, len(sizes)
 
 
 UPSERT_FLOATS = 400_000
@@ -98,35 +97,6 @@ UPSERT_FLOATS = 400_000
 32 MB and a component takes up to ~20 bytes as JSON (a point of 384 with its payload: ~8 KB), so one
 request for a document of ~4,000 passages or more was refused (HTTP 400) and the document could never
 be indexed on the cluster profile; a request now stays near 8 MB whatever the dimension."""
-
-
-def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
-    """A client for the server at `url`, checked reachable and version-compatible first."""
-    qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
-    try:
-        server = qdrant.info().version
-    except Exception as exc:  # httpx/qdrant-client raise several types for a refused or broken connection
-        qdrant.close()
-        raise QdrantUnavailable(
-            f"Qdrant server not reachable at {url} ({type(exc).__name__}): start it with"
-            " `compose/local/services up qdrant` or set RAGSYNC_QDRANT_URL;"
-            " RAGSYNC_QDRANT_URL=local runs qdrant-client's local mode instead (one process only)"
-        ) from exc
-    problem = version_problem(url, client or client_version(), server)
-    if problem:
-        qdrant.close()
-        raise QdrantUnavailable(problem)
-    return qdrant
-
-
-def open_local(path: Path) -> QdrantClient:
-    """qdrant-client's local mode: the same API in-process, one process at a time per folder."""
-    try:
-        return QdrantClient(path=str(path))
-    except RuntimeError as exc:
-        if "already accessed" not in str(exc):
-            raise
-        raise QdrantUnavailable(f"Qdrant local storage {path} is open in another process ({LOCAL_MODE_NOTE})") from exc
 
 
 def _match(key: str, value: str) -> models.FieldCondition:
@@ -185,8 +155,13 @@ class QdrantVectorIndex:
     name = "qdrant"
     combines_writes = True  # set_acl, delete_doc (indexer.combine)
 
-    def __init__(self, client: QdrantClient, dim: int, *, collection: str = "ragsync_passages") -> None:
+    def __init__(
+        self, client: QdrantClient, dim: int, *, collection: str = "ragsync_passages", sentences: bool = False
+    ) -> None:
         self._client = client
+        self.sentence_vectors = sentences
+        """Asked for, and the collection has the sentence multivector (a collection created without it keeps
+        none: adding a named vector to it is not done here, so the list stays off until it is re-created)."""
         self.dim = dim
         self.collection = collection
         options = client.init_options
@@ -211,21 +186,32 @@ class QdrantVectorIndex:
 
     def _ensure_collection(self) -> None:
         """Create the cosine collection if missing; refuse one of another dimension."""
-        if self._client.collection_exists(self.collection):
-            info = self._client.get_collection(self.collection)
-            params = info.config.params.vectors
-            size = params.size if isinstance(params, models.VectorParams) else None
-            if size is not None and size != self.dim:
-                raise ValueError(f"collection {self.collection!r} has dimension {size}, the embedder {self.dim}")
-        else:
-            with contextlib.suppress(Exception):  # another worker may create it at the same moment
-                self._client.create_collection(
-                    self.collection,
-                    vectors_config=models.VectorParams(size=self.dim, distance=models.Distance.COSINE),
-                    optimizers_config=VACUUM,
+        passage = models.VectorParams(size=self.dim, distance=models.Distance.COSINE)
+        if not self._client.collection_exists(self.collection):
+            config: models.VectorParams | dict[str, models.VectorParams] = passage
+            if self.sentence_vectors:
+                max_sim = models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM)
+                sentence = models.VectorParams(
+                    size=self.dim, distance=models.Distance.COSINE, multivector_config=max_sim
                 )
+                config = {"": passage, SENTENCE_VECTOR: sentence}
+            with contextlib.suppress(Exception):  # another worker may create it at the same moment
+                self._client.create_collection(self.collection, vectors_config=config, optimizers_config=VACUUM)
             if not self._client.collection_exists(self.collection):
                 raise QdrantUnavailable(f"could not create the Qdrant collection {self.collection!r}")
+        params = self._client.get_collection(self.collection).config.params.vectors
+        named = params if isinstance(params, dict) else {"": params} if params is not None else {}
+        size = named[""].size if "" in named else None
+        if size is not None and size != self.dim:
+            raise ValueError(f"collection {self.collection!r} has dimension {size}, the embedder {self.dim}")
+        self._layout = SENTENCE_VECTOR in named
+        if self.sentence_vectors and not self._layout:
+            log.warning(
+                "Qdrant collection %r has no sentence vectors (created before sentence_vectors was on):"
+                " the sentence list stays off until it is re-created and re-synced",
+                self.collection,
+            )
+            self.sentence_vectors = False
         if not self.local:
             optimizer = self._client.get_collection(self.collection).config.optimizer_config
             if (optimizer.deleted_threshold, optimizer.vacuum_min_vector_number) != (
@@ -240,22 +226,38 @@ class QdrantVectorIndex:
                 if field_name not in existing:
                     self._client.create_payload_index(self.collection, field_name, field_schema=schema, wait=True)
 
-    def upsert(self, passages: Sequence[Passage], vectors: Vectors) -> None:
+    def upsert(self, passages: Sequence[Passage], vectors: Vectors, sentences: Sequence[Vectors] | None = None) -> None:
         if not passages:
             return
-        if len(passages) != len(vectors):
-            raise ValueError("one vector per passage")
+        if len(passages) != len(vectors) or (sentences is not None and len(sentences) != len(passages)):
+            raise ValueError("one vector (and one set of sentence vectors) per passage")
         # One Batch (columns of ids, vectors, payloads) rather than a PointStruct per point: the client
         # inspects and serialises each model field by field, 3-4x the CPU for the same request body.
         ids: list[models.ExtendedPointId] = [point_id(p.tenant, p.passage_id) for p in passages]
         rows = np.asarray(vectors, dtype=np.float32).reshape(len(passages), -1).tolist()
         payloads = [passage_to_point(p) for p in passages]
+        per: list[list[list[float]]] | None = None
+        if sentences is not None and self.sentence_vectors:
+            per = [
+                np.asarray(s, dtype=np.float32).reshape(-1, self.dim)[:MAX_SENTENCE_VECTORS].tolist() for s in sentences
+            ]
         with self._guard():
-            chunk = max(1, UPSERT_FLOATS // self.dim)
-            for start in range(0, len(ids), chunk):
-                end = start + chunk
-                batch = models.Batch(ids=ids[start:end], vectors=rows[start:end], payloads=payloads[start:end])
-                self._client.upsert(self.collection, points=batch, wait=True)
+            for start, end in _chunks(
+                [1 + (len(per[i]) if per else 0) for i in range(len(ids))], UPSERT_FLOATS // self.dim
+            ):
+                if per is None:
+                    batch = models.Batch(ids=ids[start:end], vectors=rows[start:end], payloads=payloads[start:end])
+                    self._client.upsert(self.collection, points=batch, wait=True)
+                    continue
+                points = [
+                    models.PointStruct(
+                        id=ids[i],
+                        vector={"": rows[i], SENTENCE_VECTOR: per[i]} if per[i] else {"": rows[i]},
+                        payload=payloads[i],
+                    )
+                    for i in range(start, end)
+                ]
+                self._client.upsert(self.collection, points=points, wait=True)
 
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids:
@@ -297,19 +299,31 @@ class QdrantVectorIndex:
         after the instant asked about) the search runs again with the whole filter. The same answers as
         the whole filter (tests/test_qdrant_server_instants.py), without Qdrant reading every candidate's
         payload for the per-entry instants."""
+        return self._search([float(x) for x in vector.reshape(-1)], None, access, limit, floor)
+
+    def search_sentences(self, vector: Vectors, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
+        """Passages by their best sentence (max-sim of a one-vector query), searched as `search` is."""
+        if not self.sentence_vectors:
+            return []
+        return self._search([[float(x) for x in vector.reshape(-1)]], SENTENCE_VECTOR, access, limit, floor)
+
+    def _search(self, query: Any, using: str | None, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
-        points = self._query(vector, access_filter(access, instants=False), limit, floor)
+        points = self._query(query, using, access_filter(access, instants=False), limit, floor)
         if not all(granted_as_of(p.payload or {}, access) for p in points):
-            points = self._query(vector, access_filter(access), limit, floor)
+            points = self._query(query, using, access_filter(access), limit, floor)
         return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in points]
 
-    def _query(self, vector: Vectors, flt: models.Filter, limit: int, floor: float) -> list[models.ScoredPoint]:
+    def _query(
+        self, query: Any, using: str | None, flt: models.Filter, limit: int, floor: float
+    ) -> list[models.ScoredPoint]:
         try:
             with self._guard():
                 response = self._client.query_points(
                     self.collection,
-                    query=[float(x) for x in vector.reshape(-1)],
+                    query=query,
+                    using=using,
                     query_filter=flt,
                     score_threshold=floor,
                     limit=limit,

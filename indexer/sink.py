@@ -36,6 +36,7 @@ from indexer.ports import (
     VectorIndex,
     Vectors,
 )
+from indexer.sentence_vectors import SentenceTexts, all_texts, embed_sentences
 from indexer.side_by_side import SideBySide
 from indexer.upsert_passages import UpsertPassages, upsert_effective_from
 from schemas._time import utcnow
@@ -118,6 +119,7 @@ class IndexSink:
         max_chars: int = 1000,
         clock: Callable[[], datetime] = utcnow,
         chunker: IsolatedChunker | None = None,
+        sentence_texts: SentenceTexts | None = None,
     ) -> None:
         self.lexical = lexical
         self.vector = vector if embedder is not None else None
@@ -130,6 +132,15 @@ class IndexSink:
         self._sub_batch = EMBED_SUB_BATCH
         """Texts per embedding call of a batch that may give way, learnt from the last call's pace."""
         self._side = SideBySide()
+        self.sentence_texts = sentence_texts  # embedded beside each passage when the store keeps sentence vectors
+
+    def _sentences(self) -> SentenceTexts | None:
+        keeps = self.sentence_texts is not None and self.vector is not None and self.vector.sentence_vectors
+        return self.sentence_texts if keeps else None
+
+    def _embedded_texts(self, passages: Sequence[Passage]) -> list[str]:
+        """Every text of these passages the embedder may have cached: the passage's, and its sentences'."""
+        return [embedding_text(p) for p in passages] + all_texts(passages, self._sentences())
 
     def embed_upserts(
         self, events: Sequence[Event], interrupt: Callable[[], bool] | None = None, *, resume: bool = False
@@ -151,6 +162,7 @@ class IndexSink:
             return {}
         spans: list[tuple[str, int, int]] = []
         texts: list[str] = []
+        extra: list[str] = []
         for i, event in enumerate(events):
             if i and i % PREPARE_CHECK_EVERY == 0 and interrupt is not None and interrupt():
                 raise Preempted  # chunking a large batch takes seconds on a busy machine; chunks are kept
@@ -163,8 +175,12 @@ class IndexSink:
                 continue  # apply() raises it again, and the worker dead-letters the event with the reason
             spans.append((event.event_id, len(texts), len(texts) + len(passages)))
             texts.extend(embedding_text(p) for p in passages)
+            extra.extend(self._embedded_texts(passages)[len(passages) :])
         if not texts:
             return {}
+        # Sentence texts ride along in the same sorted sub-batches; `apply` reads them from the cache.
+        known = set(texts)
+        texts = texts + [t for t in dict.fromkeys(extra) if t not in known]
         cost = self.embedder.token_counts(texts)  # by tokens, not characters: code pads less (bench/README.md)
         order = sorted(range(len(texts)), key=lambda i: cost[i])
         vectors = np.empty((len(texts), self.embedder.dim), dtype=np.float32)
@@ -264,7 +280,9 @@ class IndexSink:
             if vectors is None or len(vectors) != len(passages):
                 vectors = self.embedder.embed([embedding_text(p) for p in passages])
             result.passages_embedded = len(passages)
-            self.vector.upsert(passages, vectors)
+            sentences = self._sentences()
+            per = None if sentences is None else embed_sentences(self.embedder, passages, sentences)
+            self.vector.upsert(passages, vectors, per)
         self.lexical.upsert(passages)
         self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
         access_changed = state is not None and _access(state.grants()) != _access(grants)
@@ -393,7 +411,7 @@ class IndexSink:
         if recreated:
             details["recreated_at_version"] = state.content_version if state is not None else None
         if self.embedder is not None and stored:
-            forgotten, keys = self.embedder.forget([embedding_text(p) for p in stored])
+            forgotten, keys = self.embedder.forget(self._embedded_texts(stored))
             removed_at[EMBEDDING_CACHE] = self.clock()
             details["embedding_cache_removed"] = forgotten
             details["embedding_keys"] = [k.hex() for k in keys][:MAX_AUDITED_IDS]

@@ -166,7 +166,7 @@ class SentenceReranker:
         units: list[tuple[frozenset[str], ...]] = []
         bags: list[frozenset[str]] = []
         for p in passages:
-            embedded, own_units, bag = _READINGS.get((p.heading, p.text), partial(_reading, p))
+            embedded, own_units, bag = reading(p)
             units.append(own_units)
             bags.append(bag)
             spans.append((len(texts), len(texts) + len(embedded)))
@@ -199,6 +199,11 @@ _READINGS: TextMemo[tuple[str, str], Reading] = TextMemo(max_entries=4096)
 """Per (heading, text): the texts embedded for each sentence, each sentence's terms with the heading's,
 and the passage's terms: the same for every question, so worked out once while the passage is in use
 (schemas._memo: keyed by the text the asker already holds, kept at most ttl_s after it was worked out)."""
+
+
+def reading(p: RerankInput) -> Reading:
+    """The memoised reading of a passage (the sentence texts embedded, their terms, the passage's terms)."""
+    return _READINGS.get((p.heading, p.text), partial(_reading, p))
 
 
 def _reading(p: RerankInput) -> Reading:

@@ -44,10 +44,12 @@ from datetime import datetime
 
 from indexer.cache import cache_key
 from indexer.deny import DenyEntry, DenySet, DenyUnavailable, denies
-from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorIndex
+from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorHit, VectorIndex
 from indexer.sink import embedding_text
 from query.ports import Reranker, RerankInput
+from query.rerank import reading
 from query.rrf import FUSION_WEIGHT, RRF_K, blend, fuse
+from query.sentences import content_terms, sentences
 from schemas.passages import Passage
 from schemas.principal import AccessFilter, Principal
 
@@ -73,6 +75,12 @@ class RetrievalSettings:
     fusion_weight: float = FUSION_WEIGHT
     concurrent: bool = True
     """BM25 and dense at the same time (False: one after the other, as benchmarks compare)."""
+    sentence_weight: float = 0.0
+    """RRF weight of the sentence list: passages by their best stored sentence's cosine (max-sim, the
+    vector store's `search_sentences`, floored as dense). 0, or a store without sentence vectors: no list."""
+    subquery_weight: float = 0.0
+    """RRF weight of the per-sentence list: each sentence of a question of two or more (with a content
+    word) searched alone, passages by their best cosine to any of them, floored as dense. 0: no list."""
 
 
 @dataclass
@@ -86,6 +94,8 @@ class Ranking:
     rrf: list[tuple[str, float]] = field(default_factory=list)  # the RRF order before reranking
     rerank_scores: dict[str, float] = field(default_factory=dict)  # the reranker's own score of each reranked one
     reranked: bool = False
+    sentence: list[Hit] = field(default_factory=list)  # the sentence list (max-sim), when used
+    subquery: list[Hit] = field(default_factory=list)  # the per-sentence list, best hit per passage, when used
 
 
 @dataclass
@@ -127,6 +137,12 @@ class Retrieval:
 
 def _rerank_input(passage: Passage) -> RerankInput:
     return RerankInput(" > ".join(passage.heading_path) or passage.title, passage.text, embedding_text(passage))
+
+
+def passage_sentence_texts(passage: Passage) -> tuple[str, ...]:
+    """The sentence texts the reranker and the extractive model embed for the passage ("heading: sentence";
+    the whole text as one unit when no sentence is quotable): what the stores keep sentence vectors of."""
+    return reading(_rerank_input(passage))[0]
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -215,10 +231,43 @@ class Retriever:
         found = self.vector.search(
             vector, access, limit or self.settings.candidates, self.settings.dense_floor if floor is None else floor
         )
+        return self._read_hits(found, access)
+
+    def _read_hits(self, found: list[VectorHit], access: AccessFilter) -> list[Hit]:
         if not found:
             return []
         passages = {p.passage_id: p for p in self.lexical.passages(access, [h.passage_id for h in found])}
         return [Hit(passages[h.passage_id], h.score) for h in found if h.passage_id in passages]
+
+    def sentence_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
+        """Passages by their best stored sentence (max-sim), floored as dense, read back as dense hits are;
+        none when the list is off or the store keeps no sentence vectors."""
+        vector_index = self.vector
+        if self.settings.sentence_weight <= 0 or vector_index is None or self.embedder is None:
+            return []
+        if not vector_index.sentence_vectors:
+            return []
+        found = vector_index.search_sentences(
+            self.embedder.embed_query(query), access, limit or self.settings.candidates, self.settings.dense_floor
+        )
+        return self._read_hits(found, access)
+
+    def subquery_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
+        """Each sentence of a question of two or more searched alone (dense, floored): every passage once,
+        with its best cosine to any of them, best first; none for a one-sentence question or when off."""
+        if self.settings.subquery_weight <= 0 or not self.dense_enabled:
+            return []
+        own = [s for s in sentences(query) if content_terms(s)]
+        if len(own) < 2:
+            return []
+        top = limit or self.settings.candidates
+        best: dict[str, Hit] = {}
+        for s in own:
+            for h in self.dense_hits(s, access, top):
+                kept = best.get(h.passage.passage_id)
+                if kept is None or h.score > kept.score:
+                    best[h.passage.passage_id] = h
+        return sorted(best.values(), key=lambda h: (-h.score, h.passage.passage_id))[:top]
 
     def deny_entries(self, access: AccessFilter, doc_ids: set[str]) -> list[DenyEntry]:
         """The deny set's entries for these documents; none (stores alone) when it cannot be read.
@@ -269,14 +318,22 @@ class Retriever:
         """Both rankers (at the same time), the deny set over every candidate, RRF over them, and the
         reranker over the fused top blended with the fused order."""
         lexical, dense = self.candidates(query, access)
-        entries = self.deny_entries(access, {h.passage.doc_id for h in (*lexical, *dense)})
+        sentence, subquery = self.sentence_hits(query, access), self.subquery_hits(query, access)
+        entries = self.deny_entries(access, {h.passage.doc_id for h in (*lexical, *dense, *sentence, *subquery)})
         lexical, dense = self._allowed(lexical, entries, access), self._allowed(dense, entries, access)
+        sentence, subquery = self._allowed(sentence, entries, access), self._allowed(subquery, entries, access)
         by_id: dict[str, Passage] = {}
-        for h in (*lexical, *dense):
+        for h in (*lexical, *dense, *sentence, *subquery):
             by_id.setdefault(h.passage.passage_id, h.passage)
-        lists = [[h.passage.passage_id for h in lexical], [h.passage.passage_id for h in dense]]
-        fused = fuse(lists, k=self.settings.rrf_k)
-        ranking = Ranking(lexical, dense, fused, by_id, rrf=fused)
+        named = [
+            (lexical, 1.0),
+            (dense, 1.0),
+            (sentence, self.settings.sentence_weight),
+            (subquery, self.settings.subquery_weight),
+        ]
+        used = [([h.passage.passage_id for h in hits], w) for hits, w in named if w > 0]
+        fused = fuse([ids for ids, _ in used], k=self.settings.rrf_k, weights=[w for _, w in used])
+        ranking = Ranking(lexical, dense, fused, by_id, rrf=fused, sentence=sentence, subquery=subquery)
         depth = self.settings.rerank_depth
         if self.reranker is not None and len(fused) > 1 and depth > 0:
             head = [pid for pid, _ in fused[:depth]]

@@ -93,7 +93,9 @@ class ClusterAdapters:
 
         target = qdrant_target(self.settings)
         client = open_local(target) if isinstance(target, Path) else connect(target)
-        return QdrantVectorIndex(client, dim, collection=self.settings.qdrant_collection)
+        return QdrantVectorIndex(
+            client, dim, collection=self.settings.qdrant_collection, sentences=self.settings.sentence_vectors
+        )
 
     def cache(self) -> Cache:
         from indexer.redis_cache import RedisCache

@@ -38,7 +38,7 @@ from indexer.ports import (
 from indexer.propagation import PropagationLog, PropagationRecord
 from indexer.sink import IndexSink
 from query.ports import Model, ModelUnavailable, Reranker
-from query.retrieval import RetrievalSettings, Retriever
+from query.retrieval import RetrievalSettings, Retriever, passage_sentence_texts
 from query.worker import QueryWorker, WorkerSettings
 from ragsync.home_model import EMBEDDING_MODEL_STAMP as EMBEDDING_MODEL_STAMP  # re-export
 from ragsync.home_model import stamp_home_model as stamp_home_model  # re-export
@@ -177,6 +177,7 @@ class Components:
             self.cache,
             max_chars=self.settings.chunk_max_chars,
             chunker=self.chunker,
+            sentence_texts=passage_sentence_texts if self.settings.sentence_vectors else None,
         )
 
     def retriever(self) -> Retriever:
@@ -196,6 +197,8 @@ class Components:
                 rerank_depth=s.rerank_depth,
                 fusion_weight=s.rerank_fusion_weight,
                 concurrent=s.concurrent_rankers,
+                sentence_weight=s.sentence_weight,
+                subquery_weight=s.subquery_weight,
             ),
             self.reranker,
             deny=self.deny,

@@ -77,7 +77,7 @@ class EmbeddedAdapters:
     def vector(self, dim: int) -> VectorIndex:
         from indexer.qdrant_edge import EdgeVectorIndex
 
-        return EdgeVectorIndex(self.home / "vectors", dim)
+        return EdgeVectorIndex(self.home / "vectors", dim, sentences=self.settings.sentence_vectors)
 
     def cache(self) -> Cache:
         from indexer.state import SqliteGenerations

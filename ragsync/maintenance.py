@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 
 from indexer.payload import point_id
+from indexer.sentence_vectors import embed_sentences
+from query.retrieval import passage_sentence_texts
 from ragsync.purge import RETENTION_EVERY_S, Purger
 from ragsync.wiring import Components
 from schemas.passages import embedding_text
@@ -138,7 +140,9 @@ class Maintenance:
         present = vector.point_ids(list(by_point))
         missing = [p for pid, p in by_point.items() if pid not in present]
         if missing:
-            vector.upsert(missing, embedder.embed([embedding_text(p) for p in missing]))
+            vectors = embedder.embed([embedding_text(p) for p in missing])
+            sentences = embed_sentences(embedder, missing, passage_sentence_texts) if vector.sentence_vectors else None
+            vector.upsert(missing, vectors, sentences)
             vector.flush()
             self.backfilled += len(missing)
         self._cursor = rows[-1][0]

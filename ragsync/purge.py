@@ -23,7 +23,9 @@ from typing import Any
 
 from indexer.audit_records import KIND_DELETION, KIND_PURGE
 from indexer.ports import PurgeDetails, PurgeRecord
+from indexer.sentence_vectors import all_texts
 from indexer.sink import embedding_text
+from query.retrieval import passage_sentence_texts
 from ragsync.wiring import Components
 from schemas._time import utcnow
 from schemas.retry import Backoff
@@ -164,7 +166,8 @@ class Purger:
         if c.vector is not None:
             c.vector.delete_superseded(cutoff)
         if c.embedder is not None:
-            c.embedder.forget([embedding_text(p) for p in removed])
+            sentences = all_texts(removed, passage_sentence_texts) if c.settings.sentence_vectors else []
+            c.embedder.forget([embedding_text(p) for p in removed] + sentences)
         c.audit.append_purge(
             PurgeRecord(
                 store=RETENTION,

@@ -161,6 +161,17 @@ class Settings(BaseSettings):
     rerank_depth: int = Field(default=50, ge=0)  # fused candidates the reranker reorders; 0: no reranking
     rerank_fusion_weight: float = Field(default=0.5, ge=0)  # the fused order's weight beside the reranker's
     concurrent_rankers: bool = True  # BM25 and dense at the same time
+    sentence_vectors: bool = False
+    """Store each passage's sentence vectors beside its vector (a max-sim multivector on the same Qdrant
+    point, both profiles; at most indexer.ports.MAX_SENTENCE_VECTORS), embedded at ingest: about twice the
+    embedding work and vectors of a sync (eval/README.md). A store created without them gets them added
+    when this is on; passages written before have none until re-synced."""
+    sentence_weight: float = Field(default=0.0, ge=0)
+    """RRF weight of the sentence list (passages by their best sentence's cosine, from the stored sentence
+    vectors; needs `sentence_vectors`). 0: not used (eval/README.md, "Sentence vectors in the stores")."""
+    subquery_weight: float = Field(default=0.0, ge=0)
+    """RRF weight of the per-sentence list: each sentence of a question of two or more searched alone,
+    passages by their best cosine to any of them. 0: not used (eval/README.md)."""
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True

@@ -10,7 +10,8 @@ changes widening and narrowing, single users added later, deletions, re-creation
 more apart), delivers it as the event logs may (the three topics interleaved, each in order,
 anything redelivered), through the real decode path and sink into real stores, then asks every
 store, for every principal and every whole second of the history (and now), which passages its
-permission filter admits. Each (version, principal, instant) decision is compared with the
+permission filter admits (the vector store twice: by passage vector and by sentence vectors, which
+the stores are opened to keep). Each (version, principal, instant) decision is compared with the
 reference model below, which knows nothing of grants or watermarks:
 - wider than the reference: never, in any delivery order;
 - stricter: never when the history is delivered in order (redeliveries included); an event
@@ -43,6 +44,7 @@ from hypothesis import strategies as st
 from indexer.cache import InProcessCache
 from indexer.sink import IndexSink
 from indexer.state import SqliteDeletionAudit, SqliteDocStates
+from query.retrieval import passage_sentence_texts
 from schemas.events import AclPayload, DeletePayload, Event, UpsertPayload
 from schemas.principal import AccessFilter
 from streams.dispatch import Stats, handle
@@ -175,7 +177,7 @@ def _embedded(root: Path) -> Stores:
     from indexer.sqlite_fts import SqliteLexicalIndex
 
     lexical = SqliteLexicalIndex(root / "lexical.db")
-    vector = EdgeVectorIndex(root / "vectors", HashEmbedder.dim)
+    vector = EdgeVectorIndex(root / "vectors", HashEmbedder.dim, sentences=True)
 
     def close() -> None:
         lexical.close()
@@ -189,7 +191,7 @@ def _embedded_tantivy(root: Path) -> Stores:
     from indexer.tantivy_lexical import TantivyLexicalIndex
 
     lexical = TantivyLexicalIndex(root / "lexical.db")
-    vector = EdgeVectorIndex(root / "vectors", HashEmbedder.dim)
+    vector = EdgeVectorIndex(root / "vectors", HashEmbedder.dim, sentences=True)
 
     def close() -> None:
         lexical.close()
@@ -207,7 +209,9 @@ def _cluster(root: Path) -> Stores:
     from indexer.qdrant_server import QdrantVectorIndex
 
     lexical = ElasticLexicalIndex("http://127.0.0.1:9200", prefix=unique("ragsync-test-"))
-    vector = QdrantVectorIndex(QdrantClient(url=QDRANT_URL), HashEmbedder.dim, collection=unique("test_passages_"))
+    vector = QdrantVectorIndex(
+        QdrantClient(url=QDRANT_URL), HashEmbedder.dim, collection=unique("test_passages_"), sentences=True
+    )
 
     def close() -> None:
         lexical.drop_all()
@@ -240,7 +244,15 @@ def check_history(open_stores: Callable[[Path], Stores], case: tuple[list[Event]
         stores = open_stores(root)
         docs = SqliteDocStates(root / "state.db")
         audit = SqliteDeletionAudit(root / "state.db")
-        sink = IndexSink(stores.lexical, stores.vector, HashEmbedder(), docs, audit, InProcessCache())
+        sink = IndexSink(
+            stores.lexical,
+            stores.vector,
+            HashEmbedder(),
+            docs,
+            audit,
+            InProcessCache(),
+            sentence_texts=passage_sentence_texts,
+        )
         try:
             for offset, event in enumerate(delivered):
                 assert handle(sink, _record(event, offset), Stats(), 30.0) is None, "never dead-lettered"
@@ -253,9 +265,15 @@ def check_history(open_stores: Callable[[Path], Stores], case: tuple[list[Event]
                     access = AccessFilter(tenant="acme", entries=tuple(sorted(entries)), as_of=t)
                     lexical = {p.version for p in stores.lexical.passages(access, list(held))}
                     dense = {h.version for h in stores.vector.search(query, access, 1000, -1.0)}
+                    by_sentence = {h.version for h in stores.vector.search_sentences(query, access, 1000, -1.0)}
                     for version in versions:
                         want = reference(emitted, entries, version, t)
-                        for store, got in (("lexical", version in lexical), ("vector", version in dense)):
+                        got_by = (
+                            ("lexical", version in lexical),
+                            ("vector", version in dense),
+                            ("sentence vectors", version in by_sentence),
+                        )
+                        for store, got in got_by:
                             COUNTS["pairs"] += 1
                             COUNTS["allowed"] += got
                             if got and not want:
