@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TypeVar
 
-from indexer.ports import DocState, DocStateStore, LexicalIndex, VectorIndex
-from schemas.passages import Passage
+from indexer.ports import LexicalIndex, VectorIndex
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -69,22 +68,6 @@ class SideBySide:
             write(lexical, lexical_write)
             write(vector, vector_write)
         return applied_at
-
-    def state_and_passages(
-        self,
-        lexical: LexicalIndex,
-        vector: VectorIndex | None,
-        docs: DocStateStore,
-        tenant: str,
-        doc_id: str,
-    ) -> tuple[DocState | None, list[Passage] | None]:
-        """A deletion's state read and the listing of its document's stored passages: side by side when
-        the stores' writes are (both reads of a starved Elasticsearch, 0.2 s each p50 at load 4 in the
-        ninth round, bench/README.md), else the state alone (None: the caller lists after it). The
-        caller holds the document's key, so the listing is the one it would make after the read."""
-        if vector is None or not side_by_side(lexical, vector):
-            return docs.get(tenant, doc_id), None
-        return self.both(lambda: docs.get(tenant, doc_id), lambda: lexical.doc_passages(tenant, doc_id))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

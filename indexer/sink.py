@@ -221,23 +221,17 @@ class IndexSink:
         when every store is durable on return (`durability` "write"), else the caller's flush decides.
         A worker clears the event's deny entry there; the bookkeeping still precedes the ack."""
         received_at = self.clock()
-        # A deletion's passages are listed beside its state read on the cluster (SideBySide.state_and_passages).
-        state, stored = (
-            self._side.state_and_passages(self.lexical, self.vector, self.docs, event.tenant, event.doc_id)
-            if event.kind is EventKind.DELETE
-            else (self.docs.get(event.tenant, event.doc_id), None)
-        )
+        state = self.docs.get(event.tenant, event.doc_id)
         if is_stale(event, state):
             self._overtaken(event, state)
             return ApplyResult(Outcome.STALE, event)
         payload = event.payload
-        when_served = served if self.durable_on_write() else None
         if isinstance(payload, UpsertPayload):
             result = self._upsert(event, payload, state, vectors)
         elif isinstance(payload, AclPayload):
-            result = self._acl(event, payload, state, when_served)
+            result = self._acl(event, payload, state, served if self.durable_on_write() else None)
         else:
-            result = self._delete(event, payload, state, received_at, when_served, stored)
+            result = self._delete(event, payload, state, received_at, served if self.durable_on_write() else None)
         result.lag_s = (self.clock() - event.occurred_at).total_seconds()
         return result
 
@@ -357,11 +351,9 @@ class IndexSink:
         state: DocState | None,
         received_at: datetime,
         served: Callable[[Event], None] | None,
-        stored_now: list[Passage] | None = None,
     ) -> ApplyResult:
         """Every version the deletion deleted leaves every store, their embedding-cache entries go, the
-        cache is invalidated, and the audit records when each copy dropped it (IDs and counts only).
-        `stored_now`: the document's stored passages, listed beside the state read (else listed here)."""
+        cache is invalidated, and the audit records when each copy dropped it (IDs and counts only)."""
         # Content newer than the delete may already be applied (the document was re-created and its
         # upsert overtook this delete): then only the versions the delete deleted are removed.
         recreated = (
@@ -370,7 +362,7 @@ class IndexSink:
             and state.content_version is not None
             and state.content_version > event.version
         )
-        stored = stored_now if stored_now is not None else self.lexical.doc_passages(event.tenant, event.doc_id)
+        stored = self.lexical.doc_passages(event.tenant, event.doc_id)
         if recreated:
             stored = [p for p in stored if p.version < event.version]
         vector = self.vector

@@ -28,7 +28,7 @@ WAIT_S = 5.0
 
 class Hooked:
     """A store declaring the cluster stores' durability and combining; `hook(what)` runs before its
-    revocation and deletion writes (set_acl, delete_doc), `on_read(what)` before its listing."""
+    revocation and deletion writes (set_acl, delete_doc)."""
 
     durability = "write"
     combines_writes = True
@@ -36,8 +36,6 @@ class Hooked:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.hook: Callable[[str], None] = lambda what: None
-        self.on_read: Callable[[str], None] = lambda what: None
-        """Runs before its listing of a document's passages (doc_passages)."""
 
     def set_acl(self, *args: Any, **kwargs: Any) -> None:
         self.hook("set_acl")
@@ -46,10 +44,6 @@ class Hooked:
     def delete_doc(self, *args: Any, **kwargs: Any) -> None:
         self.hook("delete_doc")
         self.inner.delete_doc(*args, **kwargs)
-
-    def doc_passages(self, *args: Any, **kwargs: Any) -> Any:
-        self.on_read("doc_passages")
-        return self.inner.doc_passages(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -147,27 +141,6 @@ def test_both_waits_for_the_second_when_the_first_fails_and_the_first_error_wins
     with pytest.raises(KeyError):
         side.both(lambda: None, second)
     side.close()
-
-
-def test_a_deletions_passages_are_listed_beside_its_state_read_and_all_of_them_go(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Both are reads of the same starved Elasticsearch before the writes: side by side, not in turn. The
-    listing is the one the deletion deletes and audits (every passage gone, the record lists them)."""
-    sink, lexical, _ = build(tmp_path)
-    listing = threading.Event()
-    overlapped: list[bool] = []
-    lexical.on_read = lambda what: listing.set()
-    read = sink.docs.get
-    monkeypatch.setattr(sink.docs, "get", lambda *a: (overlapped.append(listing.wait(WAIT_S)), read(*a))[1])
-    served: list[Event] = []
-    event = delete(2)
-    sink.apply(event, served=served.append)
-    assert overlapped == [True], "the deletion's listing did not start while its state was read"
-    assert served == [event]
-    assert lexical.inner.count("acme", DOC) == 0
-    (record,) = sink.audit.records()
-    assert record.passages_removed == 1 and record.details["versions"] == [1]
 
 
 def test_stores_durable_only_on_flush_are_written_one_after_the_other(tmp_path: Path) -> None:
