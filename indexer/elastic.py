@@ -36,7 +36,7 @@ extra segments). `modules()` reports what the server has, for operators and test
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -76,9 +76,6 @@ class _AclWrite:
     doc_id: str
     acl: tuple[str, ...]
     since: dict[str, datetime]
-    listed: tuple[str, ...] | None = None
-    """The `_id`s of the document's passages its caller listed before queueing it (`set_acl`), or None:
-    the round searches for them."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +87,6 @@ class _DocDelete:
 
 
 _AccessWrite = _AclWrite | _DocDelete
-
-
-def _acl_update(alias: str, key: str, w: _AclWrite) -> list[dict[str, Any]]:
-    """The `_bulk` action and partial document that give passage `key` the write's ACL and instants."""
-    acl = {
-        "acl": list(w.acl),
-        "acl_since": since_text(w.since),
-        "acl_entries_since": {e: iso(t) for e, t in sorted(w.since.items())},
-    }
-    return [{"update": {"_index": alias, "_id": key, "retry_on_conflict": 3}}, {"doc": acl}]
 
 
 def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
@@ -225,60 +212,48 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Partial-document update of `acl` and its grant instants on every version, refreshed before
         returning; `retry_on_conflict` absorbs a racing write. The ACL changes and deletions of other
-        appliers queued meanwhile share the `_bulk` and refresh (indexer.combine). A partial update
-        merges objects, so the instants of entries no longer in `acl` may stay in `acl_since`: harmless,
-        the filter requires the entry in `acl` as well.
-
-        The document's passages are listed here, in the caller's thread, before the change queues:
-        the rounds are one at a time and back to back on a loaded machine (bench/README.md, ninth
-        round: the combined writer busy 35 of 36 s, a round 0.17 s search + 0.72 s `_bulk` p50), so a
-        search inside the round made every queued change wait for it too; listed here, the searches
-        of the changes queued behind a round run while it is in flight. Trusted only when every write
-        of this adapter is searchable once it returned (`refresh` "true" or "wait_for", as for
-        `delete_doc`'s `listed`): otherwise the round searches, after a refresh, as before."""
+        appliers queued meanwhile share the search, `_bulk` and refresh (indexer.combine). A partial
+        update merges objects, so the instants of entries no longer in `acl` may stay in `acl_since`:
+        harmless, the filter requires the entry in `acl` as well."""
         if self._alias_exists(tenant):
-            listed = self._listed(tenant, doc_id)
-            self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since), listed), (tenant, doc_id))
-
-    def _listed(self, tenant: str, doc_id: str) -> tuple[str, ...] | None:
-        """The `_id`s of every passage of the document (every version), or None when a write of this
-        adapter may not be searchable yet (then only a search after a refresh sees all of them)."""
-        if self._refresh not in ("true", "wait_for"):
-            return None
-        return tuple(h["_id"] for h in self._passages(self.alias(tenant), self._doc_filters(tenant, doc_id)))
+            self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
 
     def _write_access(self, writes: list[_AccessWrite]) -> None:
-        """One round of ACL changes and deletions (never two of one document: Combiner keys): the
-        passages their callers listed, plus one search for those of the writes not listed, updated
-        and deleted by a single `_bulk` (refresh=true), so the round costs one forced refresh. A
-        listed passage deleted meanwhile is a 404 (ignored: it needs no ACL). Version conflicts on an
-        update retry that document, searched again."""
+        """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
+        search lists the passages of the documents whose ACL changes and of the deletions not listed
+        by their caller, and a single `_bulk` (refresh=true) updates and deletes them all, so the round
+        costs one forced refresh. Version conflicts on an update re-read and retry that document."""
         pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
             ops: list[dict[str, Any]] = []
             owners: dict[str, _AclWrite] = {}
             for w in pending.values():
-                alias = self.alias(w.tenant)
                 if isinstance(w, _DocDelete) and w.listed is not None:
+                    alias = self.alias(w.tenant)
                     ops.extend({"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in w.listed)
-                elif isinstance(w, _AclWrite) and w.listed is not None:
-                    for key in w.listed:
-                        owners[key] = w
-                        ops.extend(_acl_update(alias, key, w))
-            searched = [key for key, w in pending.items() if w.listed is None]
+            searched = [key for key, w in pending.items() if isinstance(w, _AclWrite) or w.listed is None]
             for tenant, doc_ids in _by_tenant(searched).items():
                 alias = self.alias(tenant)
                 for h in self._passages(alias, self._docs_filters(tenant, doc_ids), with_doc_id=True):
                     w = pending[(tenant, h["_source"]["doc_id"])]
                     if isinstance(w, _DocDelete):
                         ops.append({"delete": {"_index": alias, "_id": h["_id"]}})
-                    else:
-                        owners[h["_id"]] = w
-                        ops.extend(_acl_update(alias, h["_id"], w))
+                        continue
+                    owners[h["_id"]] = w
+                    ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
+                    ops.append(
+                        {
+                            "doc": {
+                                "acl": list(w.acl),
+                                "acl_since": since_text(w.since),
+                                "acl_entries_since": {e: iso(t) for e, t in sorted(w.since.items())},
+                            }
+                        }
+                    )
             conflicted: dict[tuple[str, str], _AccessWrite] = {}
             for conflict in self._bulk(ops, refresh=True) if ops else []:
                 w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
-                conflicted[(w.tenant, w.doc_id)] = replace(w, listed=None)  # searched again
+                conflicted[(w.tenant, w.doc_id)] = w
             if not conflicted:
                 return
             pending = conflicted

@@ -414,10 +414,9 @@ def test_acl_changes_and_deletions_queued_together_share_one_search_bulk_and_ref
         lambda: index.delete_doc("acme", "d.md", listed=["d.md@1#root-1"]),
     ]
     assert held_first(combiners(index), calls) == 2
-    # a.md's and b.md's passages are listed by their callers (b.md's while a.md's round is in flight),
-    # then the held round (a.md), then one round for the rest: c.md's passages in one search, b.md's
-    # listed passage updated and d.md's deleted by _id, all three in one `_bulk` with one forced refresh
-    assert requests.calls == ["search", "search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls
+    # the held round (a.md), then one round for the rest: b.md's and c.md's passages in one search,
+    # d.md's listed passage deleted by _id, all three in one `_bulk` with the one forced refresh
+    assert requests.calls == ["search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls
     assert index.search("quarterly", STAFF, 10, 0.0) == []
     board_reader = AccessFilter("acme", ("group:board",), NOW)
     assert sorted(ids(index.search("quarterly", board_reader, 10, 0.0))) == ["a.md@1#root-1", "b.md@1#root-1"]
@@ -430,48 +429,6 @@ def test_a_deletion_of_listed_passages_searches_nothing(index: Any, monkeypatch:
     index.delete_doc("acme", "doc.md", listed=listed)
     assert requests.calls == ["bulk:refresh=True"]
     assert index.count("acme", "doc.md") == 0 and index.search("budget", STAFF, 10, 0.0) == []
-
-
-def test_an_acl_change_is_listed_by_its_caller_and_its_round_only_writes(index: Any, monkeypatch: Any) -> None:
-    """The round of an ACL change searches nothing: its caller listed every version's passages before
-    it queued, so a round in flight holds no queued change behind a search of its own."""
-    from concurrent_writes import combiners
-
-    index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
-    index.upsert([make_passage("Budget line one, revised.", anchor="b-1", version=2)])
-    (combiner,) = combiners(index)
-    rounds: list[list[Any]] = []
-    write = combiner._write
-    monkeypatch.setattr(combiner, "_write", lambda items: (rounds.append(items), write(items)))
-    requests = Requests(index, monkeypatch)
-    index.set_acl("acme", "doc.md", ["group:board"], {})
-    assert requests.calls == ["search", "bulk:refresh=True"], requests.calls
-    assert sorted(rounds[0][0].listed) == ["doc.md@1#b-1", "doc.md@1#b-2", "doc.md@2#b-1"]
-    assert index.search("budget", STAFF, 10, 0.0) == []
-    board = AccessFilter("acme", ("group:board",), NOW)
-    assert len(index.passages(board, ["doc.md@1#b-1", "doc.md@1#b-2", "doc.md@2#b-1"])) == 3
-
-
-def test_a_listed_passage_deleted_before_its_round_is_skipped_and_the_others_are_revoked(index: Any) -> None:
-    """A passage the caller listed that is gone by the time the round writes (a 404 on its update)
-    needs no ACL; the round still revokes the others and returns."""
-    from indexer.elastic import _AclWrite
-
-    index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
-    listed = ("doc.md@1#b-1", "doc.md@1#b-2", "doc.md@1#gone-1")
-    (combiner,) = [c for c in vars(index).values() if hasattr(c, "submit")]
-    combiner.submit(_AclWrite("acme", "doc.md", ("group:board",), {}, listed), ("acme", "doc.md"))
-    assert index.search("budget", STAFF, 10, 0.0) == []
-    assert index.count("acme", "doc.md") == 2
-
-
-def test_an_acl_change_is_not_listed_when_writes_may_not_be_searchable_yet(make_index: Callable[..., Any]) -> None:
-    """With writes that return before they are searchable, a listing could miss a passage and leave it
-    readable under the old ACL: the round searches after a refresh instead."""
-    index = make_index(refresh="false")
-    index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
-    index.set_acl("acme", "doc.md", ["group:board"], {})
-    assert index.search("budget", STAFF, 10, 0.0) == [], "a passage the listing missed kept the old ACL"
 
 
 def test_listed_passages_are_not_trusted_when_writes_may_not_be_searchable_yet(make_index: Callable[..., Any]) -> None:
