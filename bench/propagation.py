@@ -219,6 +219,8 @@ def timeline_row(p: Probe, began: float) -> dict[str, Any]:
         "effective_s": lag(p.effective),
         "converged_s": lag(p.converged),
         "per_copy_s": p.done,
+        "first_query_sent_s": lag(p.first_query_began),
+        "effective_query_sent_s": lag(p.effective_query_began),
     }
 
 
@@ -256,6 +258,29 @@ def report(
                     "served_measured": sum(1 for p in mine if p.served is not None),
                 }
                 if args.profile == "embedded"
+                else {}
+            ),
+            # Where `effective` goes (cluster): the first query's wait for a free prober (due RETRY_S
+            # after publish), and the effective query's own round trip (sent -> answered).
+            **(
+                {
+                    "probe_anatomy_s": {
+                        "first_query_sent": summary(
+                            [p.first_query_began - p.published for p in mine if p.first_query_began is not None]
+                        ),
+                        "effective_query_sent": summary(
+                            [p.effective_query_began - p.published for p in mine if p.effective_query_began is not None]
+                        ),
+                        "effective_query_round_trip": summary(
+                            [
+                                p.effective - p.effective_query_began
+                                for p in mine
+                                if p.effective is not None and p.effective_query_began is not None
+                            ]
+                        ),
+                    }
+                }
+                if args.profile == "cluster"
                 else {}
             ),
             "never_effective": sum(1 for p in mine if p.effective is None),

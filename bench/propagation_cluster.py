@@ -116,9 +116,13 @@ class Cluster:
     def probe(self, p: Probe, retriever: Any) -> None:
         now_access = AccessFilter.for_principal(STAFF, datetime.now(UTC))
         if p.effective is None:
+            began = time.monotonic()
+            if p.first_query_began is None:
+                p.first_query_began = began
             hits = retriever.rank(word(p.kind[:3], p.index), now_access).lexical
             if not any(h.passage.doc_id == p.doc_id for h in hits):
                 p.effective = time.monotonic()
+                p.effective_query_began = began
             else:
                 # Not effective yet: query again RETRY_S from now, not after the four store checks
                 # below (seconds on a loaded machine): they made the probe's resolution, not the

@@ -103,6 +103,10 @@ class Probe:
     served: float | None = None
     """Embedded, every SERVED_EVERY-th probe: when serve's own answer (a traced ask) stopped citing it."""
     effective: float | None = None
+    effective_query_began: float | None = None
+    """When the query that first no longer returned the document was sent (effective is when it answered)."""
+    first_query_began: float | None = None
+    """When the probe's first query was sent (due RETRY_S after publish; later when every prober was busy)."""
     converged: float | None = None
     generation: int = 0
     ids: list[str] = field(default_factory=list)
