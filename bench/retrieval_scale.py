@@ -336,6 +336,45 @@ def load_cluster(
     return lexical, vector, t
 
 
+def reopen_cluster(
+    args: argparse.Namespace, n: int, q: Queries, rng: np.random.Generator, dense: bool, prefix: str
+) -> tuple[Any, Any, dict[str, Any]]:
+    """`--reuse` on the cluster: the Elasticsearch index and Qdrant collection an earlier `--keep` run
+    loaded under `--cluster-name` (same size and seed), reopened. The batches are generated again only to
+    draw the same queries; nothing is written. Refused unless both hold all n passages and Qdrant is
+    green with every vector indexed (a half-built graph would time a full scan)."""
+    from indexer.elastic import ElasticLexicalIndex
+    from indexer.qdrant_server import QdrantVectorIndex, connect
+
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+    lexical = ElasticLexicalIndex(args.es_url, prefix=f"{prefix}-{n}", refresh="false")
+    t: dict[str, Any] = {"reused_cluster": f"{prefix}-{n}", "es_refresh": "false"}
+    if (held := lexical.count(TENANT)) != n:
+        raise RuntimeError(f"{prefix}-{n}: Elasticsearch holds {held} passages, not {n}")
+    stats = lexical.client.indices.stats(index=lexical.alias(TENANT), metric="store,segments")["_all"]["primaries"]
+    t["es_store_mb"] = stats["store"]["size_in_bytes"] / 2**20
+    t["es_segments"] = int(stats["segments"]["count"])
+    vector = None
+    if dense:
+        vector = QdrantVectorIndex(connect(args.qdrant_url), DIM, collection=f"{prefix}-{n}".replace("-", "_"))
+        info = vector._client.get_collection(vector.collection)
+        t["qdrant_green"] = info.status == "green" and info.optimizer_status == "ok"
+        t["qdrant_segments"] = int(info.segments_count or 0)
+        t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
+        points = int(info.points_count or 0)
+        if points != n or not t["qdrant_green"]:
+            raise RuntimeError(
+                f"{vector.collection}: {points} points, status {info.status}/{info.optimizer_status}:"
+                f" not a built collection of {n}"
+            )
+        if t["qdrant_indexed_vectors"] < n:  # green and idle: segments under the indexing threshold
+            print(
+                f"  Qdrant indexed {t['qdrant_indexed_vectors']} of {n} vectors: the rest are scanned", file=sys.stderr
+            )
+    return lexical, vector, t
+
+
 def dense_recall(
     profile: str, vector: Any, w: Workload, limit: int, ks: tuple[int, ...] = (1, 8, 50), queries: int = 0
 ) -> dict[str, Any]:
@@ -546,6 +585,16 @@ def main() -> None:
         action="store_false",
         help="cluster: let Qdrant index segments while points arrive (default: indexing off until loaded)",
     )
+    parser.add_argument(
+        "--cluster-name",
+        help="cluster: index prefix and collection name (`<name>-<size>`); default a fresh one per run",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="cluster: leave the loaded index and collection (for a later --reuse)"
+    )
+    parser.add_argument(
+        "--load-only", action="store_true", help="cluster, with --keep: load and stop (no timed part, no lock)"
+    )
     parser.add_argument("--no-recall", action="store_true", help="skip the dense recall check against exact search")
     parser.add_argument(
         "--recall-queries", type=int, default=50, help="exact searches per filter for the recall check (0: all)"
@@ -554,8 +603,12 @@ def main() -> None:
     parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
     args = parser.parse_args()
     args.started = datetime.now(UTC).isoformat(timespec="seconds")
-    if args.reuse and (args.home is None or len(args.sizes) != 1 or args.profile != "embedded"):
+    if args.reuse and args.profile == "embedded" and (args.home is None or len(args.sizes) != 1):
         parser.error("--reuse needs --home and one size, embedded")
+    if args.profile == "cluster" and (args.reuse or args.keep) and not args.cluster_name:
+        parser.error("--reuse and --keep need --cluster-name on the cluster profile")
+    if args.load_only and not (args.keep and args.profile == "cluster"):
+        parser.error("--load-only needs --keep on the cluster profile")
     dense = any(r in ("dense", "fused") for r in args.rankers)
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
         parser.error("bm25-exists is the embedded store's former query")
@@ -567,7 +620,7 @@ def main() -> None:
     for n in args.sizes:
         rng = np.random.default_rng(args.seed)
         q = Queries(n, args.queries, rng)
-        prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
+        prefix = args.cluster_name or f"bench-scale-{os.getpid()}-{int(time.time())}"
         kept = contextlib.nullcontext(str(args.home)) if args.home else None
         with kept or tempfile.TemporaryDirectory(
             prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")
@@ -577,12 +630,18 @@ def main() -> None:
             elif args.profile == "embedded":
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
+            elif args.reuse:
+                lexical, vector, t = reopen_cluster(args, n, q, rng, dense, prefix)
             else:
                 lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
             shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
             print(f"{args.profile} {n}: {json.dumps(shown)}", file=sys.stderr)
+            if args.load_only:
+                for store in (*stores.values(), *([vector] if vector is not None else [])):
+                    store.close()
+                continue
             try:
                 with _locked(args.lock, args.load_nice) as timed:
                     for i, (engine, lexical) in enumerate(stores.items()):
@@ -613,17 +672,19 @@ def main() -> None:
                         if row["passages"] == n and row.get("engine") == "tantivy":
                             row["tantivy_purge_rebuild_s"] = purge_s
             finally:
+                drop = args.profile == "cluster" and not (args.keep or args.reuse)
                 for lexical in stores.values():
-                    if args.profile == "cluster":
+                    if drop:
                         with contextlib.suppress(Exception):
                             lexical.drop_all()
                     lexical.close()
                 if vector is not None:
-                    if args.profile == "cluster":
+                    if drop:
                         with contextlib.suppress(Exception):
                             vector.drop_all()
                     vector.close()
-    write_report(args, rows, timed_loads, load_start, final=True)
+    if not args.load_only:
+        write_report(args, rows, timed_loads, load_start, final=True)
 
 
 def write_report(
