@@ -53,19 +53,18 @@ def access_query(access: AccessFilter) -> list[dict[str, Any]]:
 
 
 def search_body(
-    text: str, weights: FieldWeights, access: AccessFilter, limit: int, floor: float, *, tie_break: bool = False
+    text: str, weights: FieldWeights, access: AccessFilter, size: int, floor: float, *, tie_break: bool = False
 ) -> dict[str, Any]:
     """A lexical search: `multi_match` of the words over text, heading and title with their weights,
-    inside the permission filter.
+    inside the permission filter, for the top `size`.
 
-    By default the top `limit + 1` in score order alone, without counting the total: then Lucene
-    skips the blocks of postings that cannot reach the top (block-max WAND / MaxScore). A secondary
-    sort key, a total count (exact up to 10,000 by default) or `min_score` each turned that off, so
-    every passage matching a query word was scored, twice with `min_score` (profile API, 100k
-    passages: 6,866-31,628 scored against 1,135-1,645). `tie_break`: the top `limit` ordered by score
-    then passage_id, the order ElasticLexicalIndex.search answers in; it scores every match and is
-    asked only when a tie straddles the cut. `min_score` is sent only for a floor above 0: a BM25
-    score is never below 0, so a floor of 0 or less drops nothing."""
+    By default in score order alone, without counting the total: then Lucene skips the blocks of
+    postings that cannot reach the top (block-max WAND / MaxScore). A secondary sort key, a total count
+    (exact up to 10,000 by default) or `min_score` each turned that off, so every passage matching a
+    query word was scored, twice with `min_score` (profile API, 100k passages: 6,866-31,628 scored
+    against 1,135-1,645). `tie_break`: ordered by score then passage_id, the order
+    ElasticLexicalIndex.search answers in; it scores every match. `min_score` is sent only for a floor
+    above 0: a BM25 score is never below 0, so a floor of 0 or less drops nothing."""
     match = {
         "multi_match": {
             "query": text,
@@ -76,7 +75,7 @@ def search_body(
     }
     body: dict[str, Any] = {
         "query": {"bool": {"must": [match], "filter": access_query(access)}},
-        "size": limit if tie_break else limit + 1,
+        "size": size,
         "track_total_hits": False,
         "_source": {"excludes": ["heading", *SEARCH_FIELDS_ADDED]},
     }
