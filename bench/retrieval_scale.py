@@ -639,10 +639,9 @@ def main() -> None:
             elif args.profile == "embedded":
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
-            elif args.reuse:
-                lexical, vector, t = reopen_cluster(args, n, q, rng, dense, prefix)
             else:
-                lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
+                opened = reopen_cluster if args.reuse else load_cluster
+                lexical, vector, t = opened(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
             shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
