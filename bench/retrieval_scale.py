@@ -47,7 +47,7 @@ from schemas.principal import AccessFilter, Principal
 
 FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
 TIERS = ((10, "tenth"), (100, "hundredth"))
-RANKERS = ("bm25", "bm25-exists", "bm25-termset", "dense", "fused")
+RANKERS = ("bm25", "bm25-exists", "bm25-termset", "bm25-before", "dense", "fused")
 
 
 def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
@@ -97,6 +97,21 @@ def termset_search(lexical: Any, query: str, access: AccessFilter, limit: int, f
         return list(lexical.search(query, access, limit, floor))
     finally:
         tantivy_side.acl_query = current  # type: ignore[assignment]
+
+
+def elastic_before_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
+    """ElasticLexicalIndex.search as main 7ca2587 sent it (cluster only), on the same index: sorted by
+    score then passage_id, `min_score`, the total counted (up to 10,000). `bm25-before`."""
+    from bench.cluster_breakdown import before_body
+    from indexer.payload import doc_to_passage
+    from indexer.ports import Hit
+
+    if not lexical.query_text(query) or not access.entries:
+        return []
+    response = lexical.client.search(
+        index=lexical.alias(access.tenant), body=before_body(lexical, query, access, limit, floor)
+    )
+    return [Hit(passage=doc_to_passage(h["_source"]), score=float(h["_score"])) for h in response["hits"]["hits"]]
 
 
 BATCH = 10_000
@@ -518,6 +533,9 @@ def measure_size(
             "bm25-termset": lambda i, a=access: termset_search(
                 lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
             ),
+            "bm25-before": lambda i, a=access: elastic_before_search(
+                lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
+            ),
             "dense": lambda i, a=access: vector.search(w.qvecs[i], a, settings.candidates, settings.dense_floor),
             "fused": lambda i, p=principal: retriever.search(p, w.texts[i], as_of),  # type: ignore[union-attr]
         }
@@ -621,6 +639,8 @@ def main() -> None:
     dense = any(r in ("dense", "fused") for r in args.rankers)
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
         parser.error("bm25-exists is the embedded store's former query")
+    if args.profile == "embedded" and "bm25-before" in args.rankers:
+        parser.error("bm25-before is Elasticsearch's former query (cluster)")
     if args.load_nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.load_nice)
     load_start = os.getloadavg()
