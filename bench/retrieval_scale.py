@@ -47,7 +47,7 @@ from schemas.principal import AccessFilter, Principal
 
 FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
 TIERS = ((10, "tenth"), (100, "hundredth"))
-RANKERS = ("bm25", "bm25-exists", "bm25-termset", "dense", "fused")
+RANKERS = ("bm25", "bm25-exists", "bm25-termset", "bm25-before", "dense", "fused")
 
 
 def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
@@ -97,6 +97,21 @@ def termset_search(lexical: Any, query: str, access: AccessFilter, limit: int, f
         return list(lexical.search(query, access, limit, floor))
     finally:
         tantivy_side.acl_query = current  # type: ignore[assignment]
+
+
+def elastic_before_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
+    """ElasticLexicalIndex.search as main 7ca2587 sent it (cluster only), on the same index: sorted by
+    score then passage_id, `min_score`, the total counted (up to 10,000). `bm25-before`."""
+    from bench.cluster_breakdown import before_body
+    from indexer.payload import doc_to_passage
+    from indexer.ports import Hit
+
+    if not lexical.query_text(query) or not access.entries:
+        return []
+    response = lexical.client.search(
+        index=lexical.alias(access.tenant), body=before_body(lexical, query, access, limit, floor)
+    )
+    return [Hit(passage=doc_to_passage(h["_source"]), score=float(h["_score"])) for h in response["hits"]["hits"]]
 
 
 BATCH = 10_000
@@ -290,15 +305,24 @@ def load_cluster(
             vector.collection, optimizers_config=models.OptimizersConfigDiff(indexing_threshold=0)
         )
         t["qdrant_indexing_threshold"] = threshold
-    for start, passages, vectors in batches(n, rng):
-        q.see(start, passages, vectors)
+    from concurrent.futures import ThreadPoolExecutor
+
+    def timed(key: str, call: Callable[[], None]) -> None:
         began = time.perf_counter()
-        lexical.upsert(passages)
-        t["load_lexical_s"] += time.perf_counter() - began
-        if vector is not None:
-            began = time.perf_counter()
-            vector.upsert(passages, vectors)
-            t["load_vector_s"] += time.perf_counter() - began
+        call()
+        t[key] += time.perf_counter() - began
+
+    # Elasticsearch's batch in a thread beside Qdrant's (both wait on their server most of the time);
+    # the load times are each store's own, summed over batches
+    with ThreadPoolExecutor(1) as side:
+        t["load_wall_s"] = time.perf_counter()
+        for start, passages, vectors in batches(n, rng):
+            q.see(start, passages, vectors)
+            es_part = side.submit(timed, "load_lexical_s", lambda p=passages: lexical.upsert(p))
+            if vector is not None:
+                timed("load_vector_s", lambda p=passages, v=vectors: vector.upsert(p, v))
+            es_part.result()
+        t["load_wall_s"] = time.perf_counter() - t["load_wall_s"]
     began = time.perf_counter()
     es, alias = lexical.client, lexical.alias(TENANT)
     es.indices.refresh(index=alias)
@@ -332,6 +356,45 @@ def load_cluster(
             print(
                 f"  Qdrant not green after the wait ({info.status}): dense rows are not of a built index",
                 file=sys.stderr,
+            )
+    return lexical, vector, t
+
+
+def reopen_cluster(
+    args: argparse.Namespace, n: int, q: Queries, rng: np.random.Generator, dense: bool, prefix: str
+) -> tuple[Any, Any, dict[str, Any]]:
+    """`--reuse` on the cluster: the Elasticsearch index and Qdrant collection an earlier `--keep` run
+    loaded under `--cluster-name` (same size and seed), reopened. The batches are generated again only to
+    draw the same queries; nothing is written. Refused unless both hold all n passages and Qdrant is
+    green with every vector indexed (a half-built graph would time a full scan)."""
+    from indexer.elastic import ElasticLexicalIndex
+    from indexer.qdrant_server import QdrantVectorIndex, connect
+
+    for start, passages, vectors in batches(n, rng):
+        q.see(start, passages, vectors)
+    lexical = ElasticLexicalIndex(args.es_url, prefix=f"{prefix}-{n}", refresh="false")
+    t: dict[str, Any] = {"reused_cluster": f"{prefix}-{n}", "es_refresh": "false"}
+    if (held := lexical.count(TENANT)) != n:
+        raise RuntimeError(f"{prefix}-{n}: Elasticsearch holds {held} passages, not {n}")
+    stats = lexical.client.indices.stats(index=lexical.alias(TENANT), metric="store,segments")["_all"]["primaries"]
+    t["es_store_mb"] = stats["store"]["size_in_bytes"] / 2**20
+    t["es_segments"] = int(stats["segments"]["count"])
+    vector = None
+    if dense:
+        vector = QdrantVectorIndex(connect(args.qdrant_url), DIM, collection=f"{prefix}-{n}".replace("-", "_"))
+        info = vector._client.get_collection(vector.collection)
+        t["qdrant_green"] = info.status == "green" and info.optimizer_status == "ok"
+        t["qdrant_segments"] = int(info.segments_count or 0)
+        t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
+        points = int(info.points_count or 0)
+        if points != n or not t["qdrant_green"]:
+            raise RuntimeError(
+                f"{vector.collection}: {points} points, status {info.status}/{info.optimizer_status}:"
+                f" not a built collection of {n}"
+            )
+        if t["qdrant_indexed_vectors"] < n:  # green and idle: segments under the indexing threshold
+            print(
+                f"  Qdrant indexed {t['qdrant_indexed_vectors']} of {n} vectors: the rest are scanned", file=sys.stderr
             )
     return lexical, vector, t
 
@@ -470,6 +533,9 @@ def measure_size(
             "bm25-termset": lambda i, a=access: termset_search(
                 lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
             ),
+            "bm25-before": lambda i, a=access: elastic_before_search(
+                lexical, w.texts[i], a, settings.candidates, settings.bm25_floor
+            ),
             "dense": lambda i, a=access: vector.search(w.qvecs[i], a, settings.candidates, settings.dense_floor),
             "fused": lambda i, p=principal: retriever.search(p, w.texts[i], as_of),  # type: ignore[union-attr]
         }
@@ -546,6 +612,16 @@ def main() -> None:
         action="store_false",
         help="cluster: let Qdrant index segments while points arrive (default: indexing off until loaded)",
     )
+    parser.add_argument(
+        "--cluster-name",
+        help="cluster: index prefix and collection name (`<name>-<size>`); default a fresh one per run",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="cluster: leave the loaded index and collection (for a later --reuse)"
+    )
+    parser.add_argument(
+        "--load-only", action="store_true", help="cluster, with --keep: load and stop (no timed part, no lock)"
+    )
     parser.add_argument("--no-recall", action="store_true", help="skip the dense recall check against exact search")
     parser.add_argument(
         "--recall-queries", type=int, default=50, help="exact searches per filter for the recall check (0: all)"
@@ -554,11 +630,17 @@ def main() -> None:
     parser.add_argument("--qdrant-url", default=os.environ.get("RAGSYNC_QDRANT_URL", "http://127.0.0.1:6333"))
     args = parser.parse_args()
     args.started = datetime.now(UTC).isoformat(timespec="seconds")
-    if args.reuse and (args.home is None or len(args.sizes) != 1 or args.profile != "embedded"):
+    if args.reuse and args.profile == "embedded" and (args.home is None or len(args.sizes) != 1):
         parser.error("--reuse needs --home and one size, embedded")
+    if args.profile == "cluster" and (args.reuse or args.keep) and not args.cluster_name:
+        parser.error("--reuse and --keep need --cluster-name on the cluster profile")
+    if args.load_only and not (args.keep and args.profile == "cluster"):
+        parser.error("--load-only needs --keep on the cluster profile")
     dense = any(r in ("dense", "fused") for r in args.rankers)
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
         parser.error("bm25-exists is the embedded store's former query")
+    if args.profile == "embedded" and "bm25-before" in args.rankers:
+        parser.error("bm25-before is Elasticsearch's former query (cluster)")
     if args.load_nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.load_nice)
     load_start = os.getloadavg()
@@ -567,7 +649,7 @@ def main() -> None:
     for n in args.sizes:
         rng = np.random.default_rng(args.seed)
         q = Queries(n, args.queries, rng)
-        prefix = f"bench-scale-{os.getpid()}-{int(time.time())}"
+        prefix = args.cluster_name or f"bench-scale-{os.getpid()}-{int(time.time())}"
         kept = contextlib.nullcontext(str(args.home)) if args.home else None
         with kept or tempfile.TemporaryDirectory(
             prefix=f"ragsync-scale-{n}-", dir=os.environ.get("RAGSYNC_BENCH_TMP")
@@ -578,11 +660,16 @@ def main() -> None:
                 Path(tmp).mkdir(parents=True, exist_ok=True)
                 stores, vector, t = load_embedded(Path(tmp), n, q, rng, dense, args.engines)
             else:
-                lexical, vector, t = load_cluster(args, n, q, rng, dense, prefix)
+                opened = reopen_cluster if args.reuse else load_cluster
+                lexical, vector, t = opened(args, n, q, rng, dense, prefix)
                 stores = {"": lexical}
             t["peak_rss_mb"] = _rss_mb()
             shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
             print(f"{args.profile} {n}: {json.dumps(shown)}", file=sys.stderr)
+            if args.load_only:
+                for store in (*stores.values(), *([vector] if vector is not None else [])):
+                    store.close()
+                continue
             try:
                 with _locked(args.lock, args.load_nice) as timed:
                     for i, (engine, lexical) in enumerate(stores.items()):
@@ -613,17 +700,19 @@ def main() -> None:
                         if row["passages"] == n and row.get("engine") == "tantivy":
                             row["tantivy_purge_rebuild_s"] = purge_s
             finally:
+                drop = args.profile == "cluster" and not (args.keep or args.reuse)
                 for lexical in stores.values():
-                    if args.profile == "cluster":
+                    if drop:
                         with contextlib.suppress(Exception):
                             lexical.drop_all()
                     lexical.close()
                 if vector is not None:
-                    if args.profile == "cluster":
+                    if drop:
                         with contextlib.suppress(Exception):
                             vector.drop_all()
                     vector.close()
-    write_report(args, rows, timed_loads, load_start, final=True)
+    if not args.load_only:
+        write_report(args, rows, timed_loads, load_start, final=True)
 
 
 def write_report(

@@ -24,6 +24,9 @@ BULK_CHUNK = 500
 PAGE_SIZE = 1000
 """Passages per page when listing one document's passages for an update or delete."""
 
+MAX_RESULT_WINDOW = 10_000
+"""Elasticsearch's default `index.max_result_window`: the most hits one search may ask for."""
+
 WRITE_ATTEMPTS = 5
 """Re-read-and-retry rounds when an optimistic-concurrency update meets a concurrent write."""
 

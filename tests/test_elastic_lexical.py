@@ -436,3 +436,58 @@ def test_listed_passages_are_not_trusted_when_writes_may_not_be_searchable_yet(m
     index.upsert([make_passage("Budget line one.", anchor="b-1"), make_passage("Budget line two.", anchor="b-2")])
     index.delete_doc("acme", "doc.md", listed=["doc.md@1#b-1"])  # a listing that missed b-2
     assert index.count("acme", "doc.md") == 0, "a passage the listing missed was left behind"
+
+
+def test_ties_across_the_cut_are_broken_by_passage_id(index: Any, monkeypatch: Any) -> None:
+    """Passages scoring the same are written in the reverse of passage_id order, so Lucene's own
+    tie-break (the order they were written) keeps the last passage_ids: the cut must still keep the
+    first ones. A tie within the margin is settled from one answer; one running past it asks again
+    with passage_id as the second sort key."""
+    from indexer.elastic import TIE_MARGIN
+
+    index.upsert(
+        [make_passage("Breaker breaker note.", anchor=f"a-{i}") for i in reversed(range(4))]
+        + [make_passage("Breaker note.", anchor=f"b-{i:02d}") for i in reversed(range(6))]
+        + [make_passage(f"Breaker {'word ' * 12}{i}.", anchor=f"c-{i:02d}") for i in reversed(range(2 * TIE_MARGIN))]
+        + [make_passage("Tie tie tie.", anchor=f"t-{i:02d}") for i in reversed(range(2 * TIE_MARGIN))]
+    )
+    requests = Requests(index, monkeypatch)
+    hits = index.search("breaker", STAFF, 6, 0.0)  # the cut falls inside the six tied b-passages
+    assert ids(hits) == [f"doc.md@1#a-{i}" for i in range(4)] + ["doc.md@1#b-00", "doc.md@1#b-01"]
+    assert len({h.score for h in hits[4:]}) == 1 and hits[3].score > hits[4].score
+    assert requests.calls == ["search"]
+    requests.calls.clear()
+    tied = index.search("tie", STAFF, 5, 0.0)  # 2 x TIE_MARGIN tied: past the margin, asked again
+    assert ids(tied) == [f"doc.md@1#t-{i:02d}" for i in range(5)]
+    assert requests.calls == ["search", "search"]
+    requests.calls.clear()
+    assert ids(index.search("tie", STAFF, 2 * TIE_MARGIN, 0.0)) == [
+        f"doc.md@1#t-{i:02d}" for i in range(2 * TIE_MARGIN)
+    ]
+    assert requests.calls == ["search"]  # every match came back: nothing to ask again
+
+
+def test_a_search_asks_in_score_order_without_a_total_or_floor_when_nothing_ties_at_the_cut(
+    index: Any, monkeypatch: Any
+) -> None:
+    """What lets Lucene skip postings that cannot reach the top: score order alone, no total count, no
+    `min_score` for a floor of 0. Scores differ at the cut, so one request answers, in score order."""
+    from indexer.elastic import TIE_MARGIN
+
+    index.upsert([make_passage("kiwi " * (i + 1) + "and other fruit.", anchor=f"k-{i}") for i in range(8)])
+    bodies: list[dict[str, Any]] = []
+    real = index.client.search
+
+    def search(*args: Any, **kwargs: Any) -> Any:
+        bodies.append(kwargs["body"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(index.client, "search", search)
+    hits = index.search("kiwi", STAFF, 3, 0.0)
+    assert len(bodies) == 1
+    (body,) = bodies
+    assert "sort" not in body and "min_score" not in body and body["track_total_hits"] is False
+    assert body["size"] == 3 + TIE_MARGIN
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert ids(hits) == ["doc.md@1#k-7", "doc.md@1#k-6", "doc.md@1#k-5"]
+    assert "min_score" in index.search_request("kiwi", STAFF, 3 + TIE_MARGIN, 0.5)
