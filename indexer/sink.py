@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
+from indexer.apply_rules import ApplyResult, Outcome, access_of, is_stale, state_after_delete, tombstone_of
 from indexer.chunker import CHUNKER_VERSION, IsolatedChunker, Unchunkable
 from indexer.embed_pacing import EMBED_CALL_BUDGET_S as EMBED_CALL_BUDGET_S  # re-export (the workers pace by it)
 from indexer.embed_pacing import EMBED_FIRST_CALL as EMBED_FIRST_CALL  # re-export (tests)
@@ -40,7 +39,7 @@ from indexer.sentence_vectors import SentenceTexts, all_texts, embed_sentences
 from indexer.side_by_side import SideBySide
 from indexer.upsert_passages import UpsertPassages, upsert_effective_from
 from schemas._time import utcnow
-from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload
+from schemas.events import AclPayload, DeletePayload, Event, UpsertPayload
 from schemas.passages import Passage
 from schemas.passages import embedding_text as embedding_text  # re-export (schemas.passages)
 
@@ -52,58 +51,6 @@ EMBEDDING_CACHE = "embedding-cache"
 
 MAX_AUDITED_IDS = 5000
 """Passage IDs and embedding keys listed per deletion record (counts are always complete)."""
-
-
-class Outcome(StrEnum):
-    APPLIED = "applied"
-    STALE = "stale"
-
-
-@dataclass
-class ApplyResult:
-    outcome: Outcome
-    event: Event
-    passages_written: int = 0
-    passages_embedded: int = 0
-    cache_bumped: bool = False
-    lag_s: float = 0.0
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    applied_at: dict[str, datetime] = field(default_factory=dict)
-    """Per store (adapter name): when its write for this event returned (propagation tracking)."""
-    cache_invalidated_at: datetime | None = None
-
-
-def is_stale(event: Event, state: DocState | None) -> bool:
-    """Whether the event is older than what it would change. Pure, so the rules are testable alone.
-
-    A tombstone stops everything at or before the deletion, for good (even once the document is
-    re-created); an upsert is stale against the current content, an ACL event against the current
-    ACL (upserts carry an ACL too). A deletion is stale only against an older-or-equal deletion:
-    one that arrives after events newer than itself (an ACL change of the re-created document
-    overtook it) still removes the content it deleted.
-    """
-    if state is None:
-        return False
-    tombstone = tombstone_of(state)
-    if tombstone is not None and event.version <= tombstone:
-        return True
-    if event.kind is EventKind.UPSERT:
-        return state.content_version is not None and event.version <= state.content_version
-    if event.kind is EventKind.ACL:
-        return state.acl_version is not None and event.version <= state.acl_version
-    return False
-
-
-def _access(grants: Grants) -> tuple[tuple[str, ...], tuple[tuple[str, datetime], ...]]:
-    """What the stores filter on: the ACL and its grant instants (not the watermark)."""
-    return tuple(sorted(grants.acl)), tuple(sorted(grants.since.items()))
-
-
-def tombstone_of(state: DocState) -> int | None:
-    """The newest delete applied (states written before the field: a tombstone's applied version)."""
-    if state.tombstone_version is not None:
-        return state.tombstone_version
-    return state.applied_version if state.deleted else None
 
 
 class IndexSink:
@@ -285,7 +232,7 @@ class IndexSink:
             self.vector.upsert(passages, vectors, per)
         self.lexical.upsert(passages)
         self._each_store(lambda s: s.supersede(event.tenant, event.doc_id, event.version, effective_from))
-        access_changed = state is not None and _access(state.grants()) != _access(grants)
+        access_changed = state is not None and access_of(state.grants()) != access_of(grants)
         if access_changed:
             # Every version carries the document's grants: narrowing reaches them all, and a
             # reader added now is admitted only from now on (indexer.grants).
@@ -322,7 +269,7 @@ class IndexSink:
             return  # the ACL of deleted content
         before = state.grants()
         after = overtaken(before, payload.acl, event.version)
-        if _access(after) == _access(before):
+        if access_of(after) == access_of(before):
             return
         self._each_store(lambda s: s.set_acl(event.tenant, event.doc_id, after.acl, after.since))
         self.cache.bump(event.tenant)
@@ -434,24 +381,7 @@ class IndexSink:
                 details=details,
             )
         )
-        newer_acl = state is not None and state.acl_version is not None and state.acl_version > event.version
-        if recreated and state is not None:
-            kept = replace(state, tombstone_version=event.version)
-        else:
-            kept = DocState(
-                tenant=event.tenant,
-                doc_id=event.doc_id,
-                applied_version=event.version,
-                deleted=True,
-                acl=state.acl if state else (),
-                tombstone_version=event.version,
-                acl_since=dict(state.acl_since) if state else {},
-                acl_since_version=dict(state.acl_since_version) if state else {},
-                acl_changed_at=state.acl_changed_at if state else None,
-            )
-        if state is not None:  # an ACL newer than the delete belongs to the re-created document: keep it
-            kept.applied_version = max(event.version, state.applied_version)
-            kept.acl_version = state.acl_version if newer_acl else None
+        kept = state_after_delete(event, state, recreated=recreated)
         self.docs.put(kept)
         log.info(
             "deleted %s/%s v%d (%s): %d passages",

@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from indexer.sink import ApplyResult, IndexSink
+from indexer.apply_rules import ApplyResult
+from indexer.sink import IndexSink
 from schemas.events import Event
 from schemas.retry import Backoff, retry_async
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode

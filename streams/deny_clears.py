@@ -24,9 +24,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from indexer.apply_rules import tombstone_of
 from indexer.deny import DenyEntry, DenyKind
 from indexer.doc_state import DocState
-from indexer.sink import tombstone_of
 from schemas.retry import Backoff
 
 log = logging.getLogger(__name__)

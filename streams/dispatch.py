@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from indexer.apply_rules import ApplyResult, Outcome
 from indexer.chunker import Unchunkable
 from indexer.ports import Vectors
-from indexer.sink import ApplyResult, IndexSink, Outcome
+from indexer.sink import IndexSink
 from schemas.errors import InvalidEvent as InvalidEvent  # re-export (schemas.errors)
 from schemas.events import Event, EventKind
 from streams.erasure import parse_marker

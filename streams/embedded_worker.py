@@ -38,8 +38,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from indexer.apply_rules import ApplyResult, Outcome
 from indexer.ports import Vectors
-from indexer.sink import EMBED_CALL_BUDGET_S, ApplyResult, IndexSink, Outcome, Preempted
+from indexer.sink import EMBED_CALL_BUDGET_S, IndexSink, Preempted
 from schemas.events import Event
 from schemas.retry import Backoff, retry
 from streams.dispatch import InvalidEvent, Stats, apply_record, try_decode

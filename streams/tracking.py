@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from indexer.apply_rules import ApplyResult, Outcome
 from indexer.deny import DenyEntry, DenyKind, DenySet, DenyUnavailable
 from indexer.ports import DocStateStore
 from indexer.propagation import PropagationLog, PropagationRecord
-from indexer.sink import ApplyResult, Outcome
 from schemas._time import from_epoch_ms, utcnow
 from schemas.events import AclPayload, DeletePayload, Event, EventKind
 from streams.deny_clears import CAP, Clear, ClearRetries, held

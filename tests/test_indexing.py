@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from indexer.apply_rules import Outcome
 from indexer.cache import InProcessCache
 from indexer.qdrant_edge import EdgeVectorIndex
-from indexer.sink import EMBED_FIRST_CALL, IndexSink, Outcome
+from indexer.sink import EMBED_FIRST_CALL, IndexSink
 from indexer.sqlite_fts import SqliteLexicalIndex
 from indexer.state import SqliteDeletionAudit, SqliteDocStates, SqliteGenerations
 from schemas.events import AclPayload, DeletePayload, Event, EventKind, UpsertPayload, make_event_id
@@ -308,8 +309,8 @@ def test_deletes_and_recreations_in_any_arrival_order(parts: dict[str, Any]) -> 
 
 
 def test_staleness_rules() -> None:
+    from indexer.apply_rules import is_stale
     from indexer.ports import DocState
-    from indexer.sink import is_stale
 
     live = DocState("acme", "t:p.md", applied_version=5, acl=("group:a",), content_version=3, acl_version=5)
     assert is_stale(upsert(3, "x"), live) and not is_stale(upsert(4, "x"), live)
