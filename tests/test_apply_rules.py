@@ -18,34 +18,31 @@ from schemas.events import DeletePayload, Event, EventKind, UpsertPayload, make_
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def delete(version: int) -> Event:
+def event(kind: EventKind, version: int, payload: DeletePayload | UpsertPayload) -> Event:
     return Event(
-        event_id=make_event_id("t", "acme", "t:p.md", version, EventKind.DELETE),
-        kind=EventKind.DELETE,
+        event_id=make_event_id("t", "acme", "t:p.md", version, kind),
+        kind=kind,
         tenant="acme",
         doc_id="t:p.md",
         version=version,
         source="t",
-        payload=DeletePayload(),
+        payload=payload,
     )
+
+
+def delete(version: int) -> Event:
+    return event(EventKind.DELETE, version, DeletePayload())
 
 
 def upsert(version: int) -> Event:
-    return Event(
-        event_id=make_event_id("t", "acme", "t:p.md", version, EventKind.UPSERT),
-        kind=EventKind.UPSERT,
-        tenant="acme",
-        doc_id="t:p.md",
-        version=version,
-        source="t",
-        payload=UpsertPayload(
-            content="x",
-            content_type="markdown",
-            content_hash=f"{version:016x}",
-            acl=("group:staff",),
-            source_url="file:///t/p.md",
-        ),
+    payload = UpsertPayload(
+        content="x",
+        content_type="markdown",
+        content_hash=f"{version:016x}",
+        acl=("group:staff",),
+        source_url="file:///t/p.md",
     )
+    return event(EventKind.UPSERT, version, payload)
 
 
 def live(content: int, acl: int | None) -> DocState:
