@@ -7,7 +7,9 @@ under `--root`, and every HTML page chosen is cut by the project's own chunker (
 the sync's `max_chars`). A passage under a heading gives one pair: the query is the heading path's
 last heading, with the heading above it (or the page title) when the last one is short or generic
 ("Description", "Examples"); the positive is the passage body alone, without the headings, so the
-pair is not matched by the heading's words. Only the first passage under each heading is used.
+pair is not matched by the heading's words; `context` keeps the page title and the headings above the
+last one, for a positive embedded as the stores embed a passage but without the heading the query
+names (`bench/weak_train.py embed --context`). Only the first passage under each heading is used.
 
     python3 bench/weak_pairs.py --root /var/tmp/weak --out /var/tmp/weak/pairs.jsonl      # download, unpack, cut
 
@@ -136,7 +138,9 @@ def pairs_of(root: Path, package: dict[str, Any], limit: int, max_chars: int, bo
                 continue
             seen.add(q.lower())
             page_id = page.relative_to(root).as_posix()
-            out.append({"package": package["name"], "page": page_id, "query": q, "body": body[:body_chars]})
+            context = " > ".join(h for h in (title, *c.heading_path[:-1]) if h)
+            row = {"package": package["name"], "page": page_id, "query": q, "body": body[:body_chars]}
+            out.append({**row, "context": context})
             if len(out) >= limit:
                 break
     return out

@@ -38,14 +38,20 @@ def _embedder() -> Any:
     return FastEmbedder(Path(os.environ["RAGSYNC_EMBED_MODEL_PATH"]))
 
 
-def embed(pairs: Path, out: Path) -> None:
+def positive_text(row: dict[str, str], context: bool) -> str:
+    """The body alone, or as schemas.passages.embedding_text lays a passage out (headings, newline,
+    text) with the page title and the headings above the one the query names."""
+    return f"{row['context']}\n{row['body']}" if context and row.get("context") else row["body"]
+
+
+def embed(pairs: Path, out: Path, context: bool = False) -> None:
     rows = [json.loads(line) for line in pairs.read_text().splitlines() if line.strip()]
     e = _embedder()
     start = time.time()
     queries = np.stack([np.asarray(e.embed_query(r["query"]), dtype=np.float32) for r in rows])
     bodies: list[np.ndarray] = []
     for i in range(0, len(rows), 32):
-        bodies.append(np.asarray(e.embed([r["body"] for r in rows[i : i + 32]]), dtype=np.float32))
+        bodies.append(np.asarray(e.embed([positive_text(r, context) for r in rows[i : i + 32]]), dtype=np.float32))
         print(f"\r{i + 32}/{len(rows)} bodies, {time.time() - start:.0f} s", end="", file=sys.stderr)
     print(file=sys.stderr)
     np.savez(
@@ -139,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("embed")
     e.add_argument("--pairs", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--context", action="store_true", help="the positive with the page title and upper headings")
     t = sub.add_parser("train")
     t.add_argument("--vectors", type=Path, required=True)
     t.add_argument("--out", type=Path, required=True)
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--report", type=Path, help="JSON of the kept-out pairs' recall before and after")
     args = ap.parse_args(argv)
     if args.cmd == "embed":
-        embed(args.pairs, args.out)
+        embed(args.pairs, args.out, args.context)
         return 0
     data = np.load(args.vectors)
     q, b, package, page = data["queries"], data["bodies"], data["package"], data["page"]
