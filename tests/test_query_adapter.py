@@ -125,3 +125,29 @@ def test_an_adapter_file_for_another_model_or_with_nan_is_refused(tmp_path: Path
 def test_the_packaged_adapter_fits_minilm_and_stays_near_the_identity() -> None:
     adapter = load_adapter(PACKAGED, 1.0, 384)
     assert 0.0 < float(np.linalg.norm(adapter.matrix - np.eye(384))) < 0.5 * np.sqrt(384)
+
+
+def test_the_setting_loads_the_adapter_only_above_zero_and_refuses_a_file_that_does_not_fit(tmp_path: Path) -> None:
+    from conftest import MODEL_PATH
+
+    from ragsync.settings import Settings
+    from ragsync.wiring import build_embedded
+
+    if not (MODEL_PATH / "model.onnx").is_file():
+        pytest.skip(f"no embedding model at {MODEL_PATH}")
+
+    def retriever(**settings: Any) -> Retriever:
+        s = Settings(home=tmp_path / "home", embed_model_path=MODEL_PATH, session_secret="s" * 32, **settings)
+        components = build_embedded(s)
+        try:
+            return components.retriever()
+        finally:
+            components.close()
+
+    assert retriever().adapter is None  # the default: off
+    on = retriever(query_adapter_strength=0.5).adapter
+    assert on is not None and on.strength == 0.5 and on.dim == 384  # the packaged adapter
+    small = tmp_path / "small.npz"
+    save_adapter(small, SWAP, source="test", note="")
+    with pytest.raises(AdapterUnavailable, match="384"):
+        retriever(query_adapter_strength=0.5, query_adapter_path=small)
