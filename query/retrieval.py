@@ -46,6 +46,7 @@ from indexer.cache import cache_key
 from indexer.deny import DenyEntry, DenySet, DenyUnavailable, denies
 from indexer.ports import Cache, Embedder, Hit, LexicalIndex, VectorHit, VectorIndex
 from indexer.sink import embedding_text
+from query.adapter import QueryAdapter
 from query.ports import Reranker, RerankInput
 from query.rerank import reading
 from query.rrf import FUSION_WEIGHT, RRF_K, blend, fuse
@@ -198,8 +199,11 @@ class Retriever:
         settings: RetrievalSettings | None = None,
         reranker: Reranker | None = None,
         deny: DenySet | None = None,
+        adapter: QueryAdapter | None = None,
     ) -> None:
         self.reranker = reranker
+        self.adapter = adapter
+        """Moves the question's vector before the passage-vector search (query.adapter); None: unchanged."""
         self.deny = deny
         self.deny_unavailable = 0
         """Queries answered without the deny set because it could not be read (from the stores alone)."""
@@ -228,6 +232,8 @@ class Retriever:
         if self.vector is None or self.embedder is None:
             return []
         vector = self.embedder.embed_query(query)
+        if self.adapter is not None:
+            vector = self.adapter.apply(vector)
         found = self.vector.search(
             vector, access, limit or self.settings.candidates, self.settings.dense_floor if floor is None else floor
         )

@@ -37,11 +37,13 @@ from indexer.ports import (
 )
 from indexer.propagation import PropagationLog, PropagationRecord
 from indexer.sink import IndexSink
+from query.adapter import QueryAdapter
 from query.ports import Model, ModelUnavailable, Reranker
 from query.retrieval import RetrievalSettings, Retriever, passage_sentence_texts
 from query.worker import QueryWorker, WorkerSettings
 from ragsync.home_model import EMBEDDING_MODEL_STAMP as EMBEDDING_MODEL_STAMP  # re-export
 from ragsync.home_model import stamp_home_model as stamp_home_model  # re-export
+from ragsync.query_adapter import PACKAGED, load_adapter
 from ragsync.settings import Settings
 from ragsync.tokens import token_verifier
 from streams.ports import EventLog
@@ -202,7 +204,16 @@ class Components:
             ),
             self.reranker,
             deny=self.deny,
+            adapter=self._query_adapter(),
         )
+
+    def _query_adapter(self) -> QueryAdapter | None:
+        """The learned query adapter when its strength is above 0 and a model is loaded; a file that cannot
+        be read or does not fit the model is an error, not a silent fallback."""
+        s, embedder = self.settings, self.embedder
+        if s.query_adapter_strength <= 0 or embedder is None:
+            return None
+        return load_adapter(s.query_adapter_path or PACKAGED, s.query_adapter_strength, embedder.dim)
 
     def tracker(self, observe: Callable[[PropagationRecord], None] | None = None) -> Tracker:
         """What a worker uses around revocations and deletions: deny first, record, confirm."""

@@ -172,6 +172,12 @@ class Settings(BaseSettings):
     subquery_weight: float = Field(default=0.0, ge=0)
     """RRF weight of the per-sentence list: each sentence of a question of two or more searched alone,
     passages by their best cosine to any of them. 0: not used (eval/README.md)."""
+    query_adapter_strength: float = Field(default=0.0, ge=0, le=1)
+    """How far the learned query adapter moves a question's vector before the dense search (query.adapter:
+    normalise((1 - s) q + s W q)); 0: not loaded. Trained on Debian documentation no evaluation set uses
+    (bench/weak_train.py); measured held out in eval/README.md ("A query adapter trained on weak supervision")."""
+    query_adapter_path: Path | None = None
+    """The adapter's matrix (.npz); None: the one shipped in ragsync/data/query_adapter.npz."""
     cache_ttl_s: float = 60.0
     max_searches: int = 3
     abstain_when_first_search_empty: bool = True
