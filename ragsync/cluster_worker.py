@@ -24,7 +24,7 @@ from ragsync.purge import scheduled_purges
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import build
 from streams.appliers import Indexer, lower_priority
-from streams.faust_app import Deployment, build_app
+from streams.faust_app import Deployment, build_app, close_deny_reader
 from streams.kafka_admin import ensure_topics
 
 log = logging.getLogger("streams.faust_app")  # the name it had before the move (issue 21), for log filters
@@ -80,6 +80,7 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
             worker.execute_from_commandline()
         finally:
             log.info("faust worker stopped after %.0fs: %s", time.monotonic() - started, indexer.summary())
+            close_deny_reader(app)
             indexer.close()
     finally:
         components.close()

@@ -3,8 +3,8 @@
 1. `consumed` (the moment a worker reads the event, before anything slow): the deny-set entry is
    written, so the change is effective for every query from then on (indexer.deny), and the
    instant is kept as the event's `consumed_at`. Workers call it from a path of its own that no
-   document backlog can hold up: a Faust agent of its own on the ACL and deletion topics, the
-   embedded owner's deny-watcher thread.
+   document backlog can hold up: a Kafka reader of its own (streams.deny_reader) and a Faust agent
+   of its own on the ACL and deletion topics, the embedded owner's deny-watcher thread.
 2. The worker applies the event through the sink as always (`ApplyResult` carries each store's time).
 3. `confirmed` (once the stores hold it durably, i.e. after the flush and before or with the offset
    commit): the deny entry is cleared (what is older than the event, and its own entry: a newer
