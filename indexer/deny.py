@@ -172,6 +172,7 @@ CREATE TABLE IF NOT EXISTS deny_cleared (
     event_id TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS deny_cleared_doc ON deny_cleared(tenant, doc_id, seq);
+CREATE INDEX IF NOT EXISTS deny_cleared_at ON deny_cleared(cleared_ms);
 CREATE TABLE IF NOT EXISTS deny_cleared_floor (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
 """
 

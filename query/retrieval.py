@@ -19,7 +19,9 @@ may not read. Two more guards make a revocation or deletion effective at once, w
 lags behind:
 
 - The deny set (indexer.deny): every candidate, fresh or cached, is dropped when an entry written
-  by the worker that consumed a revocation or deletion denies it, before any store converged.
+  by the worker that consumed a revocation or deletion denies it, before any store converged; the
+  lookup follows the searches, so it also counts entries cleared since the query began (its mark),
+  which a search may have raced.
 - Cached results hold passage IDs and ranks only, never text: a cache hit is read back from the
   lexical store, the store of record, with the permission filter in the query. An entry whose
   passages are not all still readable is not served at all (the query runs fresh). So a cached
