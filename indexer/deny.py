@@ -14,6 +14,13 @@ Clearing is conditional on the version and the event (`clear(..., version, event
 older than the version, and the event's own entry at it), so a newer entry, or one of another event
 at the same version, written while an event was being applied survives that event's confirmation.
 
+A query reads the deny set after its store searches, so an entry cleared in between (its event
+served: every store holds it) must still count for that query, whose searches may have read the
+stores before the event reached them. Every clear therefore logs what it removed, under a rising
+mark; a query takes the mark before searching (`mark`) and reads the entries and everything cleared
+since (`lookup_since`): the deny set as it stood when the search began, or narrower. A log trimmed
+past a query's mark denies that query every candidate (`deny_everything`): it fails closed.
+
 Adapters: `SqliteDenySet` (embedded: an in-process map written first, mirrored to its own SQLite
 file for other processes and restarts) and `indexer.redis_deny.RedisDenySet` (cluster).
 """
@@ -25,7 +32,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
@@ -69,6 +76,14 @@ class DenySet(Protocol):
     def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
         """Entries of these documents. Raises when the set cannot be read (callers decide)."""
 
+    def mark(self) -> int:
+        """Where the log of clears stands: taken before a query's searches, given to `lookup_since` after.
+        Raises when the set cannot be read."""
+
+    def lookup_since(self, tenant: str, doc_ids: Iterable[str], mark: int) -> list[DenyEntry]:
+        """`lookup`, plus every entry of these documents cleared after `mark`, as it was when cleared
+        (or `deny_everything` when the log no longer reaches back to `mark`). Raises as `lookup`."""
+
     def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
         """Remove the document's entries older than `version`, and at `version` only the entry of event
         `event_id` ("" for none), atomically (`clears`).
@@ -109,6 +124,19 @@ def apply_deny(passages: Sequence[Passage], entries: Sequence[DenyEntry], access
     return [p for p in passages if not any(denies(e, p, access) for e in by_doc.get(p.doc_id, ()))]
 
 
+FORGOTTEN = 2**62
+"""The version of `deny_everything`'s entries: above any a document can carry."""
+
+CLEAR_LOG_KEEP_S = 600.0
+"""How long a clear stays in the log: far beyond any query's searches (which are bounded in seconds)."""
+
+
+def deny_everything(tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
+    """Entries that deny every version of these documents to everyone: what a query gets when the log
+    of clears was trimmed past its mark (it cannot tell what was cleared while it searched)."""
+    return [DenyEntry(tenant, d, DenyKind.DELETED, FORGOTTEN, from_epoch_ms(0)) for d in sorted(set(doc_ids))]
+
+
 def clears(entry: DenyEntry, version: int, event_id: str) -> bool:
     """Whether `DenySet.clear(..., version, event_id)` removes this entry of its document. Pure."""
     return entry.version < version or (entry.version == version and event_id != "" and entry.event_id == event_id)
@@ -132,6 +160,20 @@ CREATE TABLE IF NOT EXISTS deny (
     event_id TEXT NOT NULL,
     PRIMARY KEY (tenant, doc_id, kind)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS deny_cleared (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    cleared_ms INTEGER NOT NULL,
+    tenant TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    since_ms INTEGER NOT NULL,
+    acl TEXT NOT NULL,
+    event_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS deny_cleared_doc ON deny_cleared(tenant, doc_id, seq);
+CREATE INDEX IF NOT EXISTS deny_cleared_at ON deny_cleared(cleared_ms);
+CREATE TABLE IF NOT EXISTS deny_cleared_floor (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
 """
 
 
@@ -218,18 +260,87 @@ class SqliteDenySet:
                         found[key] = merge(found.get(key), mine)
         return list(found.values())
 
-    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
-        """One statement (its own transaction): the rule of `clears`, in SQL."""
+    def mark(self) -> int:
         with self._lock:
-            for kind in DenyKind:
-                mine = self._memory.get((tenant, doc_id, kind))
-                if mine is not None and clears(mine, version, event_id):
-                    del self._memory[(tenant, doc_id, kind)]
-            self._conn.execute(
-                "DELETE FROM deny WHERE tenant = ? AND doc_id = ?"
-                " AND (version < ? OR (version = ? AND event_id = ? AND event_id != ''))",
-                (tenant, doc_id, version, version, event_id),
-            )
+            row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'deny_cleared'").fetchone()
+        return int(row[0]) if row else 0
+
+    def lookup_since(self, tenant: str, doc_ids: Iterable[str], mark: int) -> list[DenyEntry]:
+        wanted = sorted(set(doc_ids))
+        if not wanted:
+            return []
+        found = self.lookup(tenant, wanted)
+        with self._lock:
+            floor = self._conn.execute("SELECT seq FROM deny_cleared_floor").fetchone()
+            if floor is not None and int(floor[0]) > mark:
+                return deny_everything(tenant, wanted)
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" for _ in chunk)
+                rows = self._conn.execute(
+                    "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny_cleared"
+                    f" WHERE tenant = ? AND seq > ? AND doc_id IN ({marks})",
+                    (tenant, mark, *chunk),
+                ).fetchall()
+                found.extend(_row(r) for r in rows)
+        return list(dict.fromkeys(found))  # a clear logs this process's copy of an entry and the file's
+
+    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
+        """One transaction: what the rule of `clears` removes is logged (`lookup_since`), then removed."""
+        rule = " AND (version < ? OR (version = ? AND event_id = ? AND event_id != ''))"
+        args = (tenant, doc_id, version, version, event_id)
+        with self._lock:
+            gone = [
+                m
+                for kind in DenyKind
+                if (m := self._memory.get((tenant, doc_id, kind))) is not None and clears(m, version, event_id)
+            ]
+            now_ms = to_epoch_ms(datetime.now(UTC))
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                # This process's own entries first (one its file may lack: a commit that failed), then the file's.
+                for m in gone:
+                    self._conn.execute(
+                        "INSERT INTO deny_cleared(cleared_ms, tenant, doc_id, kind, version, since_ms, acl, event_id)"
+                        " VALUES (?,?,?,?,?,?,?,?)",
+                        (
+                            now_ms,
+                            m.tenant,
+                            m.doc_id,
+                            m.kind.value,
+                            m.version,
+                            to_epoch_ms(m.since),
+                            json.dumps(list(m.acl)),
+                            m.event_id,
+                        ),
+                    )
+                self._conn.execute(
+                    "INSERT INTO deny_cleared(cleared_ms, tenant, doc_id, kind, version, since_ms, acl, event_id)"
+                    " SELECT ?, tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny"
+                    " WHERE tenant = ? AND doc_id = ?" + rule,
+                    (now_ms, *args),
+                )
+                self._conn.execute("DELETE FROM deny WHERE tenant = ? AND doc_id = ?" + rule, args)
+                self._trim(now_ms)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            for m in gone:
+                del self._memory[(m.tenant, m.doc_id, m.kind)]
+
+    def _trim(self, now_ms: int) -> None:
+        """Under the lock, in the clear's transaction: clears older than CLEAR_LOG_KEEP_S leave the log,
+        and the floor records the highest one gone (a query whose mark is below it fails closed)."""
+        cutoff = now_ms - int(CLEAR_LOG_KEEP_S * 1000)
+        row = self._conn.execute("SELECT MAX(seq) FROM deny_cleared WHERE cleared_ms < ?", (cutoff,)).fetchone()
+        if row is None or row[0] is None:
+            return
+        self._conn.execute("DELETE FROM deny_cleared WHERE seq <= ?", (int(row[0]),))
+        self._conn.execute(
+            "INSERT INTO deny_cleared_floor(one, seq) VALUES (1, ?) ON CONFLICT(one) DO UPDATE SET seq = excluded.seq",
+            (int(row[0]),),
+        )
 
     def entries(self, tenant: str | None = None) -> list[DenyEntry]:
         sql = "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny"

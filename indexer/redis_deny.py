@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 import redis
 
-from indexer.deny import DenyEntry, DenyKind, DenyUnavailable
+from indexer.deny import CLEAR_LOG_KEEP_S, DenyEntry, DenyKind, DenyUnavailable, deny_everything
 from indexer.redis_keys import REDIS_UNAVAILABLE as _UNAVAILABLE
 from indexer.redis_keys import unlink_matching
 from schemas._time import from_epoch_ms, to_epoch_ms
@@ -39,20 +40,37 @@ return 1
 _CLEAR = """
 local removed = 0
 local version = tonumber(ARGV[1])
-for _, key in ipairs(KEYS) do
+local seq_key, log_key, floor_key = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local now = tonumber(ARGV[3])
+for i = 1, #KEYS - 3 do
+  local key = KEYS[i]
   local current = redis.call('GET', key)
   if current then
     local entry = cjson.decode(current)
     local at = tonumber(entry['version'])
     if at < version or (at == version and ARGV[2] ~= '' and entry['event_id'] == ARGV[2]) then
+      local seq = redis.call('INCR', seq_key)
+      redis.call('ZADD', log_key, seq, cjson.encode({s = seq, t = now, w = ARGV[4 + i], v = current}))
       redis.call('DEL', key)
       removed = removed + 1
     end
   end
 end
+if removed > 0 then
+  local oldest = redis.call('ZRANGE', log_key, 0, 0)
+  while oldest[1] do
+    local gone = cjson.decode(oldest[1])
+    if tonumber(gone['t']) >= now - tonumber(ARGV[4]) then break end
+    redis.call('ZREM', log_key, oldest[1])
+    redis.call('SET', floor_key, gone['s'])
+    oldest = redis.call('ZRANGE', log_key, 0, 0)
+  end
+end
 return removed
 """
-"""indexer.deny.clears, atomically for the document's keys: older than ARGV[1], or at it and of event ARGV[2]."""
+"""indexer.deny.clears, atomically for the document's keys: older than ARGV[1], or at it and of event ARGV[2].
+Each entry removed goes into the tenant's log of clears under the next mark (JSON: mark, cleared ms, kind:doc, value),
+and clears older than ARGV[4] ms leave the log, the floor keeping the highest mark gone."""
 
 
 class RedisDenySet:
@@ -107,9 +125,64 @@ class RedisDenySet:
             if isinstance(raw, bytes)
         ]
 
-    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
+    def _log_keys(self, tenant: str) -> list[str]:
+        """The mark (one counter for the namespace), the tenant's log of clears and its floor."""
+        return [
+            f"{self.namespace}:deny-seq",
+            f"{self.namespace}:deny-log:{tenant}",
+            f"{self.namespace}:deny-floor:{tenant}",
+        ]
+
+    def mark(self) -> int:
         try:
-            self._clear(keys=[self._key(tenant, kind, doc_id) for kind in DenyKind], args=[version, event_id])
+            raw = self._redis.get(f"{self.namespace}:deny-seq")
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+        return int(raw) if isinstance(raw, bytes) else 0
+
+    def lookup_since(self, tenant: str, doc_ids: Iterable[str], mark: int) -> list[DenyEntry]:
+        """The entries and the tenant's clears after `mark` in one round trip (MGET, ZRANGEBYSCORE, GET)."""
+        wanted = sorted(set(doc_ids))
+        if not wanted:
+            return []
+        keys = [(doc_id, kind) for doc_id in wanted for kind in DenyKind]
+        _, log_key, floor_key = self._log_keys(tenant)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.mget([self._key(tenant, kind, doc_id) for doc_id, kind in keys])
+        pipe.zrangebyscore(log_key, f"({mark}", "+inf")
+        pipe.get(floor_key)
+        try:
+            values, logged, floor = pipe.execute()
+        except _UNAVAILABLE as exc:
+            raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
+        if isinstance(floor, bytes) and int(floor) > mark:
+            return deny_everything(tenant, wanted)
+        found = [
+            _entry(tenant, doc_id, kind, raw)
+            for (doc_id, kind), raw in zip(keys, values, strict=True)
+            if isinstance(raw, bytes)
+        ]
+        docs = set(wanted)
+        for member in logged:
+            gone = json.loads(member)
+            kind, doc_id = str(gone["w"]).split(":", 1)  # kinds are fixed words
+            if doc_id in docs:
+                found.append(_entry(tenant, doc_id, DenyKind(kind), str(gone["v"]).encode()))
+        return found
+
+    def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
+        now_ms = to_epoch_ms(datetime.now(UTC))
+        try:
+            self._clear(
+                keys=[*(self._key(tenant, kind, doc_id) for kind in DenyKind), *self._log_keys(tenant)],
+                args=[
+                    version,
+                    event_id,
+                    now_ms,
+                    int(CLEAR_LOG_KEEP_S * 1000),
+                    *(f"{kind.value}:{doc_id}" for kind in DenyKind),
+                ],
+            )
         except _UNAVAILABLE as exc:
             raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
 
@@ -133,6 +206,7 @@ class RedisDenySet:
     def drop_all(self) -> None:
         """Delete this namespace's deny keys (tests)."""
         unlink_matching(self._redis, f"{self.namespace}:deny:*")
+        unlink_matching(self._redis, f"{self.namespace}:deny-*")
 
     def close(self) -> None:
         self._redis.close()

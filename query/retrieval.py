@@ -19,7 +19,9 @@ may not read. Two more guards make a revocation or deletion effective at once, w
 lags behind:
 
 - The deny set (indexer.deny): every candidate, fresh or cached, is dropped when an entry written
-  by the worker that consumed a revocation or deletion denies it, before any store converged.
+  by the worker that consumed a revocation or deletion denies it, before any store converged; the
+  lookup follows the searches, so it also counts entries cleared since the query began (its mark),
+  which a search may have raced.
 - Cached results hold passage IDs and ranks only, never text: a cache hit is read back from the
   lexical store, the store of record, with the permission filter in the query. An entry whose
   passages are not all still readable is not served at all (the query runs fresh). So a cached
@@ -275,8 +277,19 @@ class Retriever:
                     best[h.passage.passage_id] = h
         return sorted(best.values(), key=lambda h: (-h.score, h.passage.passage_id))[:top]
 
-    def deny_entries(self, access: AccessFilter, doc_ids: set[str]) -> list[DenyEntry]:
-        """The deny set's entries for these documents; none (stores alone) when it cannot be read.
+    def deny_mark(self) -> int | None:
+        """The deny set's mark, taken before a query's searches (None: no deny set, or unreadable)."""
+        if self.deny is None:
+            return None
+        try:
+            return self.deny.mark()
+        except DenyUnavailable:
+            return None
+
+    def deny_entries(self, access: AccessFilter, doc_ids: set[str], mark: int | None = None) -> list[DenyEntry]:
+        """The deny set's entries for these documents, with those cleared since `mark` (taken before the
+        searches: an entry cleared while they ran still counts, indexer.deny); none (stores alone) when
+        it cannot be read.
 
         Without the deny set a change is effective once the stores converged (they never depend on
         it); refusing every query during a Redis outage would trade availability for a window of
@@ -285,7 +298,9 @@ class Retriever:
         if self.deny is None or not doc_ids:
             return []
         try:
-            return self.deny.lookup(access.tenant, doc_ids)
+            if mark is None:
+                return self.deny.lookup(access.tenant, doc_ids)
+            return self.deny.lookup_since(access.tenant, doc_ids, mark)
         except DenyUnavailable as exc:
             self.deny_unavailable += 1
             now = time.monotonic()
@@ -323,9 +338,11 @@ class Retriever:
     def rank(self, query: str, access: AccessFilter) -> Ranking:
         """Both rankers (at the same time), the deny set over every candidate, RRF over them, and the
         reranker over the fused top blended with the fused order."""
+        mark = self.deny_mark()
         lexical, dense = self.candidates(query, access)
         sentence, subquery = self.sentence_hits(query, access), self.subquery_hits(query, access)
-        entries = self.deny_entries(access, {h.passage.doc_id for h in (*lexical, *dense, *sentence, *subquery)})
+        docs = {h.passage.doc_id for h in (*lexical, *dense, *sentence, *subquery)}
+        entries = self.deny_entries(access, docs, mark)
         lexical, dense = self._allowed(lexical, entries, access), self._allowed(dense, entries, access)
         sentence, subquery = self._allowed(sentence, entries, access), self._allowed(subquery, entries, access)
         by_id: dict[str, Passage] = {}
@@ -382,10 +399,11 @@ class Retriever:
         serving the rest would be a ranking the stores would not give any more.
         """
         wanted = cached.passage_ids
+        mark = self.deny_mark()
         found = {p.passage_id: p for p in self.lexical.passages(access, wanted)} if wanted else {}
         if len(found) != len(set(wanted)):
             return None
-        entries = self.deny_entries(access, {p.doc_id for p in found.values()})
+        entries = self.deny_entries(access, {p.doc_id for p in found.values()}, mark)
         if any(denies(e, p, access) for e in entries for p in found.values()):
             return None
         cached.passages = [found[pid] for pid in wanted]

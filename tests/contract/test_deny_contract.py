@@ -202,3 +202,51 @@ def test_redis_add_many_is_add_for_each_in_one_round_trip() -> None:
     finally:
         deny.drop_all()
         deny.close()
+
+
+def test_a_query_sees_the_entries_cleared_since_its_mark(deny: Any) -> None:
+    """A query reads the deny set after its searches: an entry cleared while they ran (its event now
+    served) must still deny, for the searches may have read the stores before the event reached them."""
+    deny.add(entry("a.md", DenyKind.DELETED, 4))
+    deny.add(entry("b.md", DenyKind.ACL, 2, ("group:hr",)))
+    deny.add(entry("c.md", DenyKind.DELETED, 1, tenant="globex"))
+    before = deny.mark()
+    deny.clear("acme", "a.md", 4, "e4")
+    deny.clear("globex", "c.md", 1, "e1")
+    assert deny.lookup("acme", ["a.md"]) == []  # gone for a query that starts now
+    seen = deny.lookup_since("acme", ["a.md", "b.md", "zz.md"], before)
+    assert {(e.doc_id, e.kind, e.version) for e in seen} == {("a.md", DenyKind.DELETED, 4), ("b.md", DenyKind.ACL, 2)}
+    assert [e.acl for e in seen if e.doc_id == "b.md"] == [("group:hr",)]
+    assert deny.lookup_since("acme", ["b.md"], before) == deny.lookup("acme", ["b.md"])  # another document's clear
+    after = deny.mark()
+    assert after > before
+    assert deny.lookup_since("acme", ["a.md"], after) == []  # a query that began after the clear
+    assert [e.doc_id for e in deny.lookup_since("globex", ["c.md"], before)] == ["c.md"]  # per tenant
+    assert deny.lookup_since("acme", [], before) == []
+
+
+def test_a_clear_that_removes_nothing_moves_no_mark(deny: Any) -> None:
+    deny.add(entry("a.md", DenyKind.DELETED, 9))
+    before = deny.mark()
+    deny.clear("acme", "a.md", 4, "e4")  # older than the entry: it stays
+    assert deny.mark() == before
+    assert [e.version for e in deny.lookup_since("acme", ["a.md"], before)] == [9]
+
+
+def test_a_log_trimmed_past_the_mark_denies_everything(deny: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clears leave the log after CLEAR_LOG_KEEP_S; a query whose mark is older than what left cannot
+    tell what it missed, so every candidate is denied (fail closed)."""
+    import indexer.deny
+    import indexer.redis_deny
+
+    deny.add(entry("a.md", DenyKind.DELETED, 1))
+    deny.add(entry("b.md", DenyKind.DELETED, 1))
+    before = deny.mark()
+    deny.clear("acme", "a.md", 1, "e1")
+    monkeypatch.setattr(indexer.deny, "CLEAR_LOG_KEEP_S", -1.0)  # the next clear trims everything older
+    monkeypatch.setattr(indexer.redis_deny, "CLEAR_LOG_KEEP_S", -1.0)
+    deny.clear("acme", "b.md", 1, "e1")
+    got = deny.lookup_since("acme", ["a.md", "zz.md"], before)
+    assert {e.doc_id for e in got} == {"a.md", "zz.md"}
+    assert all(e.kind is DenyKind.DELETED and e.version >= 2**62 for e in got)
+    assert apply_deny([make_passage("x", doc_id="zz.md")], got, AccessFilter("acme", ("group:all",), NOW)) == []
