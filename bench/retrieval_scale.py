@@ -464,10 +464,17 @@ def purge_cost(lexical: Any) -> float:
     return spent
 
 
+BACKGROUND_THREADS = ("hnsw-build", "optimiz")
+"""Qdrant's index-building threads: left at their niceness when a server is raised for a timed part."""
+
+
 def _renice(pid: int, value: int) -> None:
-    """Every thread of a process (on Linux a niceness is a thread's: `renice -p` moves the main one only)."""
+    """Every thread of a process (on Linux a niceness is a thread's: `renice -p` moves the main one only)
+    but its background builders (`BACKGROUND_THREADS`), which must not compete with the timed queries."""
     for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+            if (task / "comm").read_text().startswith(BACKGROUND_THREADS):
+                continue
             os.setpriority(os.PRIO_PROCESS, int(task.name), value)
 
 
