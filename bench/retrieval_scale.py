@@ -393,7 +393,7 @@ def reopen_cluster(
         t["qdrant_segments"] = int(info.segments_count or 0)
         t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
         points = int(info.points_count or 0)
-        if points != n or not t["qdrant_green"]:
+        if points != n or not (t["qdrant_green"] or args.allow_unbuilt):
             raise RuntimeError(
                 f"{vector.collection}: {points} points, status {info.status}/{info.optimizer_status}:"
                 f" not a built collection of {n}"
@@ -692,6 +692,12 @@ def main() -> None:
         help="private servers' pids: every thread reniced to 0 for the timed part, to --server-nice after",
     )
     parser.add_argument("--server-nice", type=int, default=15)
+    parser.add_argument(
+        "--allow-unbuilt",
+        action="store_true",
+        help="cluster --reuse: time a collection whose HNSW build is still running (rows record"
+        " qdrant_green and qdrant_indexed_vectors; segments not indexed yet are scanned)",
+    )
     parser.add_argument("--no-recall", action="store_true", help="skip the dense recall check against exact search")
     parser.add_argument(
         "--recall-queries", type=int, default=50, help="exact searches per filter for the recall check (0: all)"
