@@ -571,6 +571,8 @@ def measure_size(
         embedder = StubEmbedder(dict(zip(w.texts, w.qvecs, strict=True)))
         before_retriever = BeforeRetriever(lexical, before_vector, embedder, None, settings)
     for label, group in FILTERS:
+        if label not in extra.get("filters", (label,)):
+            continue
         principal = Principal(tenant=TENANT, user="bench", groups=(group,))
         access = AccessFilter.for_principal(principal, as_of)
         cases = {
@@ -692,6 +694,7 @@ def main() -> None:
         help="private servers' pids: every thread reniced to 0 for the timed part, to --server-nice after",
     )
     parser.add_argument("--server-nice", type=int, default=15)
+    parser.add_argument("--filters", nargs="+", choices=[f for f, _ in FILTERS], default=[f for f, _ in FILTERS])
     parser.add_argument(
         "--allow-unbuilt",
         action="store_true",
@@ -744,6 +747,8 @@ def main() -> None:
             t["peak_rss_mb"] = _rss_mb()
             if args.paired_queries:
                 t["paired_queries"] = True
+            if args.filters != [f for f, _ in FILTERS]:
+                t["filters"] = args.filters
             shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.items()}
             print(f"{args.profile} {n}: {json.dumps(shown)}", file=sys.stderr)
             if args.load_only:
