@@ -389,6 +389,10 @@ def reopen_cluster(
     if dense:
         vector = QdrantVectorIndex(connect(args.qdrant_url), DIM, collection=f"{prefix}-{n}".replace("-", "_"))
         info = vector._client.get_collection(vector.collection)
+        deadline = time.monotonic() + args.wait_green
+        while not (info.status == "green" and info.optimizer_status == "ok") and time.monotonic() < deadline:
+            time.sleep(5)  # `--wait-green`: a build still under way
+            info = vector._client.get_collection(vector.collection)
         t["qdrant_green"] = info.status == "green" and info.optimizer_status == "ok"
         t["qdrant_segments"] = int(info.segments_count or 0)
         t["qdrant_indexed_vectors"] = int(info.indexed_vectors_count or 0)
@@ -694,6 +698,7 @@ def main() -> None:
         help="private servers' pids: every thread reniced to 0 for the timed part, to --server-nice after",
     )
     parser.add_argument("--server-nice", type=int, default=15)
+    parser.add_argument("--wait-green", type=float, default=0.0, help="cluster --reuse: seconds to wait for green")
     parser.add_argument("--filters", nargs="+", choices=[f for f, _ in FILTERS], default=[f for f, _ in FILTERS])
     parser.add_argument(
         "--allow-unbuilt",
