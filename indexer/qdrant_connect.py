@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-from qdrant_client import QdrantClient
+import httpx
+from qdrant_client import QdrantClient, models
 
 from indexer.ports import StoreUnavailable
 
@@ -46,9 +49,32 @@ def version_problem(url: str, client: str, server: str) -> str | None:
     )
 
 
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+KEEPALIVE_CONNECTIONS = 16
+"""Idle connections kept to a server on this host: one per thread searching at the same time suffices."""
+
+
+def loopback_options(url: str) -> dict[str, Any]:
+    """qdrant-client's options for a server on this host: connections kept alive, answers uncompressed.
+
+    For `localhost`/`127.0.0.1` qdrant-client turns keep-alive off, so every request opened and closed a
+    TCP connection (a connect, an accept on the server and a close per search; ~0.7 ms of client CPU of
+    ~5 per search, bench/README "Tenth round"). It does so because a kept-alive connection that receives
+    a gzipped, chunked answer can wait ~40 ms for a delayed ACK (seen on 32-59 % of 50-point answers
+    with httpx here, none uncompressed): asking for `identity` removes the cause, and on loopback
+    compression saves nothing. Other hosts keep qdrant-client's defaults (pooled, gzip)."""
+    if urlsplit(url).hostname not in LOOPBACK:
+        return {}
+    return {
+        "limits": httpx.Limits(max_connections=None, max_keepalive_connections=KEEPALIVE_CONNECTIONS),
+        "headers": {"Accept-Encoding": "identity"},
+    }
+
+
 def connect(url: str, *, timeout_s: float = 30.0, client: str | None = None) -> QdrantClient:
     """A client for the server at `url`, checked reachable and version-compatible first."""
-    qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False)
+    qdrant = QdrantClient(url=url, timeout=int(timeout_s), check_compatibility=False, **loopback_options(url))
     try:
         server = qdrant.info().version
     except Exception as exc:  # httpx/qdrant-client raise several types for a refused or broken connection
@@ -73,3 +99,19 @@ def open_local(path: Path) -> QdrantClient:
         if "already accessed" not in str(exc):
             raise
         raise QdrantUnavailable(f"Qdrant local storage {path} is open in another process ({LOCAL_MODE_NOTE})") from exc
+
+
+def rest_query(
+    client: QdrantClient, collection: str, query: Any, using: str | None, flt: models.Filter, limit: int, floor: float
+) -> list[models.ScoredPoint]:
+    """`query_points` on a server through the REST API's own call, payload and no vector: the request and
+    the answer of `QdrantClient.query_points`, without its inference inspector, which walks the query and
+    filter looking for documents to embed on every call (~2 ms of the client's ~5 ms of CPU per search,
+    bench/README "Tenth round"). Errors are the client's own (UnexpectedResponse, ResponseHandlingException)."""
+    request = models.QueryRequest(
+        query=query, using=using, filter=flt, score_threshold=floor, limit=limit, with_payload=True
+    )
+    answer = client.http.search_api.query_points(collection, query_request=request)
+    if answer.result is None:
+        raise QdrantUnavailable(f"Qdrant answered a search of {collection!r} without a result")
+    return list(answer.result.points)

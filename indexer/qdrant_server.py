@@ -59,6 +59,7 @@ from indexer.qdrant_connect import client_version as client_version  # re-export
 from indexer.qdrant_connect import compatible as compatible  # re-export
 from indexer.qdrant_connect import connect as connect  # re-export
 from indexer.qdrant_connect import open_local as open_local  # re-export
+from indexer.qdrant_connect import rest_query
 from indexer.qdrant_connect import version_problem as version_problem  # re-export
 from schemas._time import to_epoch_ms
 from schemas.passages import Passage
@@ -320,6 +321,8 @@ class QdrantVectorIndex:
     ) -> list[models.ScoredPoint]:
         try:
             with self._guard():
+                if not self.local:  # the REST call itself (qdrant_connect.rest_query: the same request)
+                    return rest_query(self._client, self.collection, query, using, flt, limit, floor)
                 response = self._client.query_points(
                     self.collection,
                     query=query,

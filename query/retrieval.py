@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -224,12 +224,21 @@ class Retriever:
         return self.lexical.search(query, access, limit or self.settings.candidates, self.settings.bm25_floor)
 
     def dense_hits(
-        self, query: str, access: AccessFilter, limit: int | None = None, floor: float | None = None
+        self,
+        query: str,
+        access: AccessFilter,
+        limit: int | None = None,
+        floor: float | None = None,
+        lexical: Future[list[Hit]] | None = None,
     ) -> list[Hit]:
         """Nearest passages, read back from the lexical store (the vector store holds IDs only).
 
         The read-back applies the permission filter again, in the lexical store's own query: a
         passage the vector store still holds but the lexical store has revoked or deleted is dropped.
+
+        `lexical`: the BM25 half of the same search (same AccessFilter, same lexical store). When it has
+        finished by the time the vector store answered, the passages it returned are taken from it and
+        only the others are read back (see `_read_hits`); it is never waited for.
         """
         if self.vector is None or self.embedder is None:
             return []
@@ -239,12 +248,24 @@ class Retriever:
         found = self.vector.search(
             vector, access, limit or self.settings.candidates, self.settings.dense_floor if floor is None else floor
         )
-        return self._read_hits(found, access)
+        known = lexical.result() if lexical is not None and lexical.done() and not lexical.exception() else []
+        return self._read_hits(found, access, known)
 
-    def _read_hits(self, found: list[VectorHit], access: AccessFilter) -> list[Hit]:
+    def _read_hits(self, found: list[VectorHit], access: AccessFilter, known: list[Hit] | None = None) -> list[Hit]:
+        """The vector store's hits with their passages from the lexical store, under `access`.
+
+        `known`: hits the lexical store returned to the BM25 half of this very search, under this very
+        AccessFilter (its own query, its own permission filter): the lexical store already admitted
+        those passages for this asker at this instant, and they are in the answer's candidates through
+        the BM25 list whatever the dense list holds, so reading them again would re-check nothing the
+        answer does not already show. Only the rest are read back, each re-checked by the store. Never
+        hits of another search or another principal (the Retriever keeps none between searches)."""
         if not found:
             return []
-        passages = {p.passage_id: p for p in self.lexical.passages(access, [h.passage_id for h in found])}
+        passages = {h.passage.passage_id: h.passage for h in known or ()}
+        missing = [h.passage_id for h in found if h.passage_id not in passages]
+        if missing:
+            passages.update((p.passage_id, p) for p in self.lexical.passages(access, missing))
         return [Hit(passages[h.passage_id], h.score) for h in found if h.passage_id in passages]
 
     def sentence_hits(self, query: str, access: AccessFilter, limit: int | None = None) -> list[Hit]:
@@ -318,22 +339,31 @@ class Retriever:
         """Both floored candidate lists, the dense one in a pool thread while BM25 runs here; one after
         the other in this thread while another search is running (see `_Searches`)."""
         if not self.settings.concurrent or not self.dense_enabled:
-            return self.lexical_hits(query, access), self.dense_hits(query, access)
+            return self._one_after_the_other(query, access)
         with _SEARCHES.one() as alone:
             if not alone:
-                return self.lexical_hits(query, access), self.dense_hits(query, access)
+                return self._one_after_the_other(query, access)
             return self._side_by_side(query, access)
+
+    def _one_after_the_other(self, query: str, access: AccessFilter) -> tuple[list[Hit], list[Hit]]:
+        lexical: Future[list[Hit]] = Future()
+        lexical.set_result(self.lexical_hits(query, access))
+        return lexical.result(), self.dense_hits(query, access, lexical=lexical)
 
     def _side_by_side(self, query: str, access: AccessFilter) -> tuple[list[Hit], list[Hit]]:
         # In a copy of this context: the dense half shares the request's embedding scope (the question
-        # is embedded once for both halves, the reranker and the answering model).
-        dense = _pool().submit(contextvars.copy_context().run, self.dense_hits, query, access)
+        # is embedded once for both halves, the reranker and the answering model). The BM25 half's
+        # passages go to the dense half's read-back once ready (`dense_hits`: never waited for).
+        lexical: Future[list[Hit]] = Future()
+        dense = _pool().submit(contextvars.copy_context().run, self.dense_hits, query, access, None, None, lexical)
         try:
-            lexical = self.lexical_hits(query, access)
-        except BaseException:
+            hits = self.lexical_hits(query, access)
+        except BaseException as exc:
             dense.cancel()
+            lexical.set_exception(exc)
             raise
-        return lexical, dense.result()
+        lexical.set_result(hits)
+        return hits, dense.result()
 
     def rank(self, query: str, access: AccessFilter) -> Ranking:
         """Both rankers (at the same time), the deny set over every candidate, RRF over them, and the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,3 +166,56 @@ def test_a_search_the_server_cannot_answer_is_a_one_line_store_error() -> None:
     finally:
         reachable.delete_collection(collection)
         reachable.close()
+
+
+def _connections_to(port: int) -> set[int]:
+    """Local ports of this process's established TCP connections to `port` on this host (/proc)."""
+    inodes = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+            if state == "01" and inode in inodes and int(remote.rsplit(":", 1)[1], 16) == port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_searches_of_a_server_on_this_host_share_one_kept_alive_connection() -> None:
+    """qdrant-client closes every connection to localhost/127.0.0.1 after one request (keep-alive off):
+    a connect, an accept and a close per search. `connect` keeps them alive (answers asked uncompressed,
+    so no delayed-ACK stall on a gzipped chunked answer): one connection serves every search."""
+    require_service("qdrant")
+    import numpy as np
+    from conftest import DIM, NOW, make_passage, unique, unit
+
+    from indexer.qdrant_server import QdrantVectorIndex
+    from schemas.principal import AccessFilter
+
+    port = int(QDRANT_URL.rsplit(":", 1)[1])
+    index = QdrantVectorIndex(connect(QDRANT_URL), DIM, collection=unique("test_keepalive_"))
+    try:
+        index.upsert([make_passage("a", anchor="a-1")], np.stack([unit(1, 0)]))
+        seen = []
+        for _ in range(5):
+            hits = index.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 5, 0.0)
+            assert [h.passage_id for h in hits] == ["doc.md@1#a-1"]
+            seen.append(_connections_to(port))
+        assert all(len(ports) == 1 for ports in seen), seen  # kept open after each search
+        assert len(set().union(*seen)) == 1, seen  # and the same one every time
+    finally:
+        index.drop_all()
+        index.close()
+
+
+def test_other_hosts_keep_qdrant_clients_own_connection_options() -> None:
+    from indexer.qdrant_connect import loopback_options
+
+    assert loopback_options("http://qdrant.example:6333") == {}
+    assert loopback_options("https://10.0.0.7:6333") == {}
+    assert set(loopback_options("http://localhost:6333")) == {"limits", "headers"}
