@@ -149,27 +149,22 @@ def merge(current: DenyEntry | None, new: DenyEntry) -> DenyEntry:
     return current
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS deny (
+_ENTRY_COLUMNS = """
     tenant TEXT NOT NULL,
     doc_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     version INTEGER NOT NULL,
     since_ms INTEGER NOT NULL,
     acl TEXT NOT NULL,
-    event_id TEXT NOT NULL,
+    event_id TEXT NOT NULL"""
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS deny ({_ENTRY_COLUMNS},
     PRIMARY KEY (tenant, doc_id, kind)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS deny_cleared (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    cleared_ms INTEGER NOT NULL,
-    tenant TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    since_ms INTEGER NOT NULL,
-    acl TEXT NOT NULL,
-    event_id TEXT NOT NULL
+    cleared_ms INTEGER NOT NULL,{_ENTRY_COLUMNS}
 );
 CREATE INDEX IF NOT EXISTS deny_cleared_doc ON deny_cleared(tenant, doc_id, seq);
 CREATE INDEX IF NOT EXISTS deny_cleared_at ON deny_cleared(cleared_ms);
