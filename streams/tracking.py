@@ -123,10 +123,24 @@ class Tracker:
                 what = f"{event.kind.value} of {event.tenant}/{event.doc_id}"
                 self._warn(f"deny set unavailable, the {what} waits for the stores: {exc}")
         published = from_epoch_ms(record.timestamp_ms) if record.timestamp_ms is not None else None
-        pending = Pending(event, at, published)
         with self._lock:
-            self._pending.setdefault(event.event_id, pending)
-            return self._pending[event.event_id]
+            late = self._written_late(event)
+            if not late:
+                self._pending.setdefault(event.event_id, Pending(event, at, published))
+            kept = self._pending.get(event.event_id)
+        if late:
+            self._clear(Clear(event.tenant, event.doc_id, event.version, frozenset({event.event_id})))
+        return kept
+
+    def _written_late(self, event: Event) -> bool:
+        """Under the lock, after this path wrote the event's entry: whether the other deny path (the
+        reader and the Faust agent both write entries) had meanwhile taken the event through served or
+        confirmed, whose clear ran before this write. Then the entry just written must go again, or it
+        would outlive its event (the document hidden until the next worker start)."""
+        if event.event_id in self._done:
+            return True
+        pending = self._pending.get(event.event_id)
+        return pending is not None and pending.served_at is not None
 
     def consumed_many(self, records: Sequence[Record]) -> None:
         """`consumed` for a batch of records: the deny entries in one write (DenySet.add_many), each
@@ -152,8 +166,8 @@ class Tracker:
         overtaken: list[Event] = []
         with self._lock:
             for record, event in fresh:
-                if event.event_id in self._done:
-                    overtaken.append(event)  # confirmed while this batch was written: its entry goes
+                if self._written_late(event):
+                    overtaken.append(event)  # served or confirmed while this batch was written: its entry goes
                     continue
                 published = from_epoch_ms(record.timestamp_ms) if record.timestamp_ms is not None else None
                 self._pending.setdefault(event.event_id, Pending(event, at, published))
