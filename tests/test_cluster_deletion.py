@@ -83,6 +83,22 @@ def words_in(files: list[Path], words: tuple[str, ...]) -> dict[str, list[str]]:
     return hits
 
 
+def redis_values(client: Any, key: bytes) -> list[bytes]:
+    """Every value a key holds, whatever its type (the deny set's log of clears is a sorted set)."""
+    kind = client.type(key).decode()
+    if kind == "string":
+        return [client.get(key)]
+    if kind == "zset":
+        return list(client.zrange(key, 0, -1))
+    if kind == "hash":
+        return [v for pair in client.hgetall(key).items() for v in pair]
+    if kind == "list":
+        return list(client.lrange(key, 0, -1))
+    if kind == "set":
+        return list(client.smembers(key))
+    raise AssertionError(f"redis key {key!r} of a type this check cannot read: {kind}")
+
+
 def redis_words(env: dict[str, str], words: tuple[str, ...]) -> list[str]:
     import redis
 
@@ -90,8 +106,7 @@ def redis_words(env: dict[str, str], words: tuple[str, ...]) -> list[str]:
     try:
         found = []
         for key in client.scan_iter(match=f"{env['RAGSYNC_REDIS_NAMESPACE']}:*", count=500):
-            value = client.get(key)
-            if isinstance(value, bytes) and any(w.encode() in value for w in words):
+            if any(w.encode() in value for value in redis_values(client, key) for w in words):
                 found.append(key.decode())
         return found
     finally:
