@@ -219,16 +219,22 @@ class SqliteDenySet:
             " ON CONFLICT(tenant, doc_id, kind) DO UPDATE SET version = excluded.version,"
             " since_ms = excluded.since_ms, acl = excluded.acl, event_id = excluded.event_id"
             " WHERE excluded.version >= deny.version",
-            (
-                entry.tenant,
-                entry.doc_id,
-                entry.kind.value,
-                entry.version,
-                to_epoch_ms(entry.since),
-                json.dumps(list(entry.acl)),
-                entry.event_id,
-            ),
+            _values(entry),
         )
+
+    def _select(self, table: str, tenant: str, wanted: list[str], where: str = "", *args: int) -> list[DenyEntry]:
+        """Under the lock: `table`'s entries of these documents (500 IDs a statement), `where` narrowing."""
+        found: list[DenyEntry] = []
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" for _ in chunk)
+            rows = self._conn.execute(
+                f"SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM {table}"
+                f" WHERE tenant = ?{where} AND doc_id IN ({marks})",
+                (tenant, *args, *chunk),
+            ).fetchall()
+            found.extend(_row(r) for r in rows)
+        return found
 
     def lookup(self, tenant: str, doc_ids: Iterable[str]) -> list[DenyEntry]:
         wanted = sorted(set(doc_ids))
@@ -236,17 +242,8 @@ class SqliteDenySet:
             return []
         found: dict[tuple[str, str, DenyKind], DenyEntry] = {}
         with self._lock:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" for _ in chunk)
-                rows = self._conn.execute(
-                    "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny"
-                    f" WHERE tenant = ? AND doc_id IN ({marks})",
-                    (tenant, *chunk),
-                ).fetchall()
-                for row in rows:
-                    entry = _row(row)
-                    found[(entry.tenant, entry.doc_id, entry.kind)] = entry
+            for entry in self._select("deny", tenant, wanted):
+                found[(entry.tenant, entry.doc_id, entry.kind)] = entry
             for doc_id in wanted:
                 for kind in DenyKind:
                     mine = self._memory.get((tenant, doc_id, kind))
@@ -269,15 +266,7 @@ class SqliteDenySet:
             floor = self._conn.execute("SELECT seq FROM deny_cleared_floor").fetchone()
             if floor is not None and int(floor[0]) > mark:
                 return deny_everything(tenant, wanted)
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                marks = ",".join("?" for _ in chunk)
-                rows = self._conn.execute(
-                    "SELECT tenant, doc_id, kind, version, since_ms, acl, event_id FROM deny_cleared"
-                    f" WHERE tenant = ? AND seq > ? AND doc_id IN ({marks})",
-                    (tenant, mark, *chunk),
-                ).fetchall()
-                found.extend(_row(r) for r in rows)
+            found.extend(self._select("deny_cleared", tenant, wanted, " AND seq > ?", mark))
         return list(dict.fromkeys(found))  # a clear logs this process's copy of an entry and the file's
 
     def clear(self, tenant: str, doc_id: str, version: int, event_id: str) -> None:
@@ -298,16 +287,7 @@ class SqliteDenySet:
                     self._conn.execute(
                         "INSERT INTO deny_cleared(cleared_ms, tenant, doc_id, kind, version, since_ms, acl, event_id)"
                         " VALUES (?,?,?,?,?,?,?,?)",
-                        (
-                            now_ms,
-                            m.tenant,
-                            m.doc_id,
-                            m.kind.value,
-                            m.version,
-                            to_epoch_ms(m.since),
-                            json.dumps(list(m.acl)),
-                            m.event_id,
-                        ),
+                        (now_ms, *_values(m)),
                     )
                 self._conn.execute(
                     "INSERT INTO deny_cleared(cleared_ms, tenant, doc_id, kind, version, since_ms, acl, event_id)"
@@ -350,6 +330,19 @@ class SqliteDenySet:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _values(entry: DenyEntry) -> tuple[str, str, str, int, int, str, str]:
+    """An entry as its table's row (the inverse of `_row`)."""
+    return (
+        entry.tenant,
+        entry.doc_id,
+        entry.kind.value,
+        entry.version,
+        to_epoch_ms(entry.since),
+        json.dumps(list(entry.acl)),
+        entry.event_id,
+    )
 
 
 def _row(row: tuple[str, str, str, int, int, str, str]) -> DenyEntry:

@@ -114,28 +114,27 @@ class RedisDenySet:
         wanted = sorted(set(doc_ids))
         if not wanted:
             return []
-        keys = [(doc_id, kind) for doc_id in wanted for kind in DenyKind]
         try:
-            values = self._redis.mget([self._key(tenant, kind, doc_id) for doc_id, kind in keys])
+            values = self._redis.mget(self._keys(tenant, wanted))
         except _UNAVAILABLE as exc:
             raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
-        return [
-            _entry(tenant, doc_id, kind, raw)
-            for (doc_id, kind), raw in zip(keys, values, strict=True)
-            if isinstance(raw, bytes)
-        ]
+        return _entries(tenant, wanted, values)
+
+    def _keys(self, tenant: str, wanted: list[str]) -> list[str]:
+        """The documents' keys, each document's kinds in DenyKind order (as `_entries` reads them)."""
+        return [self._key(tenant, kind, doc_id) for doc_id in wanted for kind in DenyKind]
 
     def _log_keys(self, tenant: str) -> list[str]:
         """The mark (one counter for the namespace), the tenant's log of clears and its floor."""
-        return [
-            f"{self.namespace}:deny-seq",
-            f"{self.namespace}:deny-log:{tenant}",
-            f"{self.namespace}:deny-floor:{tenant}",
-        ]
+        return [self._seq_key, f"{self.namespace}:deny-log:{tenant}", f"{self.namespace}:deny-floor:{tenant}"]
+
+    @property
+    def _seq_key(self) -> str:
+        return f"{self.namespace}:deny-seq"
 
     def mark(self) -> int:
         try:
-            raw = self._redis.get(f"{self.namespace}:deny-seq")
+            raw = self._redis.get(self._seq_key)
         except _UNAVAILABLE as exc:
             raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
         return int(raw) if isinstance(raw, bytes) else 0
@@ -145,10 +144,9 @@ class RedisDenySet:
         wanted = sorted(set(doc_ids))
         if not wanted:
             return []
-        keys = [(doc_id, kind) for doc_id in wanted for kind in DenyKind]
         _, log_key, floor_key = self._log_keys(tenant)
         pipe = self._redis.pipeline(transaction=True)
-        pipe.mget([self._key(tenant, kind, doc_id) for doc_id, kind in keys])
+        pipe.mget(self._keys(tenant, wanted))
         pipe.zrangebyscore(log_key, f"({mark}", "+inf")
         pipe.get(floor_key)
         try:
@@ -157,11 +155,7 @@ class RedisDenySet:
             raise DenyUnavailable(f"redis deny set unavailable: {exc}") from exc
         if isinstance(floor, bytes) and int(floor) > mark:
             return deny_everything(tenant, wanted)
-        found = [
-            _entry(tenant, doc_id, kind, raw)
-            for (doc_id, kind), raw in zip(keys, values, strict=True)
-            if isinstance(raw, bytes)
-        ]
+        found = _entries(tenant, wanted, values)
         docs = set(wanted)
         for member in logged:
             gone = json.loads(member)
@@ -221,6 +215,16 @@ def _value(entry: DenyEntry) -> str:
             "event_id": entry.event_id,
         }
     )
+
+
+def _entries(tenant: str, wanted: list[str], values: Sequence[object]) -> list[DenyEntry]:
+    """The entries an MGET of `_keys(tenant, wanted)` returned (a missing key is None)."""
+    keys = [(doc_id, kind) for doc_id in wanted for kind in DenyKind]
+    return [
+        _entry(tenant, doc_id, kind, raw)
+        for (doc_id, kind), raw in zip(keys, values, strict=True)
+        if isinstance(raw, bytes)
+    ]
 
 
 def _entry(tenant: str, doc_id: str, kind: DenyKind, raw: bytes) -> DenyEntry:
