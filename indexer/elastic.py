@@ -30,9 +30,11 @@ then one `_bulk` of partial-document updates or deletes by `_id`. It is the only
 be tested here, it needs no scripting, and `supersede` uses optimistic concurrency
 (`if_seq_no`/`if_primary_term`) so a conditional update is never applied to a passage that
 changed after it was read; a conflict re-reads and retries. Revocations and deletions are
-written with `refresh=true` (visible to the very next query, immediately); ingestion writes use
-the configured refresh, `wait_for` by default (visible before the call returns, without forcing
-extra segments). `modules()` reports what the server has, for operators and tests.
+written with `refresh=wait_for` (ACCESS_REFRESH): the `_bulk` returns only once a refresh has made
+the change searchable, as `refresh=true` did, but it rides the index's scheduled refresh (200 ms,
+elastic_mapping.passage_settings) instead of forcing one per round on top of it. Ingestion writes
+use the configured refresh, `wait_for` by default. `modules()` reports what the server has, for
+operators and tests.
 """
 
 from __future__ import annotations
@@ -92,6 +94,13 @@ class _DocDelete:
 _AccessWrite = _AclWrite | _DocDelete
 
 
+ACCESS_REFRESH = "wait_for"
+"""The refresh of a revocation's or deletion's `_bulk`. Either "true" or "wait_for" returns only once
+the change is visible to every later search (the worker clears the deny entry after that, so it is
+the confirmation's guarantee; tests/test_elastic_access_refresh.py holds it on a slow interval);
+"wait_for" waits for the index's next scheduled refresh rather than forcing a refresh (and a segment)
+per round, which on a loaded node queued behind the scheduled ones."""
+
 TIE_MARGIN = 16
 """Passages a search asks for beyond its limit, so a tie at the cut can be settled by passage_id
 without asking again (ElasticLexicalIndex.search)."""
@@ -108,7 +117,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
     combines_writes = True  # set_acl and delete_doc, together (indexer.combine)
     durability: Durability = "write"
-    """Acknowledged once in the translog, and every revocation or deletion is refreshed before it returns."""
+    """Acknowledged once in the translog, and every revocation or deletion is searchable before it returns."""
 
     def __init__(
         self,
@@ -203,7 +212,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         if not passage_ids or not self._alias_exists(tenant):
             return
         alias = self.alias(tenant)
-        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=True)
+        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=ACCESS_REFRESH)
 
     def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
         """Every passage of the document, deleted and refreshed before returning, with the ACL changes
@@ -229,8 +238,8 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     def _write_access(self, writes: list[_AccessWrite]) -> None:
         """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
         search lists the passages of the documents whose ACL changes and of the deletions not listed
-        by their caller, and a single `_bulk` (refresh=true) updates and deletes them all, so the round
-        costs one forced refresh. Version conflicts on an update re-read and retry that document."""
+        by their caller, and a single `_bulk` (ACCESS_REFRESH) updates and deletes them all, returning once
+        they are searchable. Version conflicts on an update re-read and retry that document."""
         pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
             ops: list[dict[str, Any]] = []
@@ -259,7 +268,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                         }
                     )
             conflicted: dict[tuple[str, str], _AccessWrite] = {}
-            for conflict in self._bulk(ops, refresh=True) if ops else []:
+            for conflict in self._bulk(ops, refresh=ACCESS_REFRESH) if ops else []:
                 w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
                 conflicted[(w.tenant, w.doc_id)] = w
             if not conflicted:
