@@ -30,11 +30,10 @@ then one `_bulk` of partial-document updates or deletes by `_id`. It is the only
 be tested here, it needs no scripting, and `supersede` uses optimistic concurrency
 (`if_seq_no`/`if_primary_term`) so a conditional update is never applied to a passage that
 changed after it was read; a conflict re-reads and retries. Revocations and deletions are
-written with `refresh=wait_for` (ACCESS_REFRESH): the `_bulk` returns only once a refresh has made
-the change searchable, as `refresh=true` did, but it rides the index's scheduled refresh (200 ms,
-elastic_mapping.passage_settings) instead of forcing one per round on top of it. Ingestion writes
-use the configured refresh, `wait_for` by default. `modules()` reports what the server has, for
-operators and tests.
+written in two steps: the round's `_bulk` without a refresh, then each caller waits for an index
+refresh begun after it (`_refresh_aliases`, one shared by the callers queued meanwhile) while the
+next round is written. Ingestion writes use the configured refresh, `wait_for` by default.
+`modules()` reports what the server has, for operators and tests.
 """
 
 from __future__ import annotations
@@ -94,13 +93,6 @@ class _DocDelete:
 _AccessWrite = _AclWrite | _DocDelete
 
 
-ACCESS_REFRESH = "wait_for"
-"""The refresh of a revocation's or deletion's `_bulk`. Either "true" or "wait_for" returns only once
-the change is visible to every later search (the worker clears the deny entry after that, so it is
-the confirmation's guarantee; tests/test_elastic_access_refresh.py holds it on a slow interval);
-"wait_for" waits for the index's next scheduled refresh rather than forcing a refresh (and a segment)
-per round, which on a loaded node queued behind the scheduled ones."""
-
 TIE_MARGIN = 16
 """Passages a search asks for beyond its limit, so a tie at the cut can be settled by passage_id
 without asking again (ElasticLexicalIndex.search)."""
@@ -137,6 +129,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         # forced refresh per write (indexer.combine): one each per event was the appliers' queue, and
         # one writer per kind ran two forced refreshes of the same index side by side.
         self._access_writes: Combiner[_AccessWrite] = Combiner(self._write_access, name="ragsync-es-access")
+        self._refreshes: Combiner[str] = Combiner(self._refresh_aliases, name="ragsync-es-refresh")
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -212,7 +205,8 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         if not passage_ids or not self._alias_exists(tenant):
             return
         alias = self.alias(tenant)
-        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=ACCESS_REFRESH)
+        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=False)
+        self._refreshes.submit(alias, object())
 
     def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
         """Every passage of the document, deleted and refreshed before returning, with the ACL changes
@@ -225,6 +219,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         if self._alias_exists(tenant):
             known = tuple(listed) if listed is not None and self._refresh in ("true", "wait_for") else None
             self._access_writes.submit(_DocDelete(tenant, doc_id, known), (tenant, doc_id))
+            self._refreshes.submit(self.alias(tenant), object())
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Partial-document update of `acl` and its grant instants on every version, refreshed before
@@ -234,12 +229,13 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         harmless, the filter requires the entry in `acl` as well."""
         if self._alias_exists(tenant):
             self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
+            self._refreshes.submit(self.alias(tenant), object())
 
     def _write_access(self, writes: list[_AccessWrite]) -> None:
         """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
         search lists the passages of the documents whose ACL changes and of the deletions not listed
-        by their caller, and a single `_bulk` (ACCESS_REFRESH) updates and deletes them all, returning once
-        they are searchable. Version conflicts on an update re-read and retry that document."""
+        by their caller, and a single `_bulk` (no refresh) updates and deletes them all; each caller then
+        waits for a shared refresh. Version conflicts on an update re-read and retry that document."""
         pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
             ops: list[dict[str, Any]] = []
@@ -268,7 +264,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                         }
                     )
             conflicted: dict[tuple[str, str], _AccessWrite] = {}
-            for conflict in self._bulk(ops, refresh=ACCESS_REFRESH) if ops else []:
+            for conflict in self._bulk(ops, refresh=False) if ops else []:
                 w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
                 conflicted[(w.tenant, w.doc_id)] = w
             if not conflicted:
@@ -276,6 +272,14 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
             pending = conflicted
         names = ", ".join(f"{t}/{d}" for t, d in pending)
         raise ElasticWriteError(f"set_acl {names}: still conflicting after {WRITE_ATTEMPTS} attempts")
+
+    def _refresh_aliases(self, aliases: list[str]) -> None:
+        """One refresh of every index written by the rounds whose callers queued meanwhile; it starts
+        after each of their `_bulk`s returned, so their changes are searchable once it returns."""
+        response = self._es.indices.refresh(index=",".join(sorted(set(aliases))))
+        shards = response["_shards"]
+        if shards.get("failed") or not shards.get("successful"):
+            raise ElasticWriteError(f"refresh of {', '.join(sorted(set(aliases)))}: {shards}")
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         """Close validity of older versions still open past the instant; never reopens one."""
@@ -448,4 +452,5 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
 
     def close(self) -> None:
         self._access_writes.close()
+        self._refreshes.close()
         self._es.close()
