@@ -30,10 +30,9 @@ then one `_bulk` of partial-document updates or deletes by `_id`. It is the only
 be tested here, it needs no scripting, and `supersede` uses optimistic concurrency
 (`if_seq_no`/`if_primary_term`) so a conditional update is never applied to a passage that
 changed after it was read; a conflict re-reads and retries. Revocations and deletions are
-written in two steps: the round's `_bulk` without a refresh, then each caller waits for an index
-refresh begun after it (`_refresh_aliases`, one shared by the callers queued meanwhile) while the
-next round is written. Ingestion writes use the configured refresh, `wait_for` by default.
-`modules()` reports what the server has, for operators and tests.
+written with `refresh=true` (visible to the very next query, immediately); ingestion writes use
+the configured refresh, `wait_for` by default (visible before the call returns, without forcing
+extra segments). `modules()` reports what the server has, for operators and tests.
 """
 
 from __future__ import annotations
@@ -109,7 +108,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     name = "elasticsearch"
     combines_writes = True  # set_acl and delete_doc, together (indexer.combine)
     durability: Durability = "write"
-    """Acknowledged once in the translog, and every revocation or deletion is searchable before it returns."""
+    """Acknowledged once in the translog, and every revocation or deletion is refreshed before it returns."""
 
     def __init__(
         self,
@@ -129,7 +128,6 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         # forced refresh per write (indexer.combine): one each per event was the appliers' queue, and
         # one writer per kind ran two forced refreshes of the same index side by side.
         self._access_writes: Combiner[_AccessWrite] = Combiner(self._write_access, name="ragsync-es-access")
-        self._refreshes: Combiner[str] = Combiner(self._refresh_aliases, name="ragsync-es-refresh")
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -205,8 +203,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         if not passage_ids or not self._alias_exists(tenant):
             return
         alias = self.alias(tenant)
-        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=False)
-        self._refreshes.submit(alias, object())
+        self._bulk([{"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in passage_ids], refresh=True)
 
     def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
         """Every passage of the document, deleted and refreshed before returning, with the ACL changes
@@ -219,7 +216,6 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         if self._alias_exists(tenant):
             known = tuple(listed) if listed is not None and self._refresh in ("true", "wait_for") else None
             self._access_writes.submit(_DocDelete(tenant, doc_id, known), (tenant, doc_id))
-            self._refreshes.submit(self.alias(tenant), object())
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Partial-document update of `acl` and its grant instants on every version, refreshed before
@@ -229,13 +225,12 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         harmless, the filter requires the entry in `acl` as well."""
         if self._alias_exists(tenant):
             self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
-            self._refreshes.submit(self.alias(tenant), object())
 
     def _write_access(self, writes: list[_AccessWrite]) -> None:
         """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
         search lists the passages of the documents whose ACL changes and of the deletions not listed
-        by their caller, and a single `_bulk` (no refresh) updates and deletes them all; each caller then
-        waits for a shared refresh. Version conflicts on an update re-read and retry that document."""
+        by their caller, and a single `_bulk` (refresh=true) updates and deletes them all, so the round
+        costs one forced refresh. Version conflicts on an update re-read and retry that document."""
         pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
             ops: list[dict[str, Any]] = []
@@ -264,7 +259,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
                         }
                     )
             conflicted: dict[tuple[str, str], _AccessWrite] = {}
-            for conflict in self._bulk(ops, refresh=False) if ops else []:
+            for conflict in self._bulk(ops, refresh=True) if ops else []:
                 w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
                 conflicted[(w.tenant, w.doc_id)] = w
             if not conflicted:
@@ -272,14 +267,6 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
             pending = conflicted
         names = ", ".join(f"{t}/{d}" for t, d in pending)
         raise ElasticWriteError(f"set_acl {names}: still conflicting after {WRITE_ATTEMPTS} attempts")
-
-    def _refresh_aliases(self, aliases: list[str]) -> None:
-        """One refresh of every index written by the rounds whose callers queued meanwhile; it starts
-        after each of their `_bulk`s returned, so their changes are searchable once it returns."""
-        response = self._es.indices.refresh(index=",".join(sorted(set(aliases))))
-        shards = response["_shards"]
-        if shards.get("failed") or not shards.get("successful"):
-            raise ElasticWriteError(f"refresh of {', '.join(sorted(set(aliases)))}: {shards}")
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         """Close validity of older versions still open past the instant; never reopens one."""
@@ -452,5 +439,4 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
 
     def close(self) -> None:
         self._access_writes.close()
-        self._refreshes.close()
         self._es.close()

@@ -1,17 +1,20 @@
-"""A revocation or deletion written to Elasticsearch is searchable when the adapter returns, without
-forcing a refresh (indexer.elastic.ACCESS_REFRESH), against the real local server.
+"""A revocation or deletion written to Elasticsearch is searchable when the adapter returns, even when
+the index's scheduled refresh is slow, against the real local server.
 
 Why it matters: the worker confirms an event, and clears its deny entry, once every store's write has
-returned (indexer.sink). Between the entry's clear and the store's refresh a query would find the old
-access or the deleted text again, so the write must not return before a refresh has made it
-searchable. The index here gets a slow scheduled refresh (1 s, against the adapter's 200 ms), so a
-write that returned without waiting for one would still be found by the very next search from another
-client; the probe itself is first shown to find a write that nothing refreshed.
+returned (indexer.sink), and from then on the query side trusts the store's permission filter alone
+(indexer.deny). A write that returned before a refresh made it searchable would let the very next
+search find the old access or the deleted text. The index here refreshes on its own only every 2 s (the
+adapter's own interval is 200 ms), so a write that returned without a refresh of its own, or without
+waiting for one, is still found by a search from another client right after it returns; the first test
+shows that the probe does find such a write. Candidate rounds that confirm on a cheaper signal must pass
+this (bench/README "Thirteenth round": `refresh=wait_for`, and a `_bulk` without a refresh followed by
+a shared index refresh, both measured and not kept).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,13 +24,14 @@ from schemas.principal import AccessFilter
 
 ES = "http://127.0.0.1:9200"
 STAFF = AccessFilter("acme", ("group:staff",), NOW)
+BOARD = AccessFilter("acme", ("group:board",), NOW)
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
 def pair() -> Iterator[tuple[Any, Any]]:
-    """A writer and a second client on the same indexes (another worker or the query side)."""
+    """A writer and a second client on the same indexes (another worker, or the query side)."""
     require_service("elasticsearch")
     from indexer.elastic import ElasticLexicalIndex
 
@@ -40,36 +44,25 @@ def pair() -> Iterator[tuple[Any, Any]]:
     reader.close()
 
 
-def slow_refresh(index: Any, interval: str) -> None:
-    index.client.indices.put_settings(index=index.index_name("acme"), settings={"index": {"refresh_interval": interval}})
+def refresh_every(index: Any, interval: str) -> None:
+    settings = {"index": {"refresh_interval": interval}}
+    index.client.indices.put_settings(index=index.index_name("acme"), settings=settings)
 
 
-def forced_refreshes(index: Any, monkeypatch: Any) -> list[bool]:
-    """Whether each `_bulk` item of the adapter's client forced a refresh (Elasticsearch says so per item)."""
-    seen: list[bool] = []
-    real: Callable[..., Any] = index.client.bulk
-
-    def bulk(*args: Any, **kwargs: Any) -> Any:
-        response = real(*args, **kwargs)
-        seen.extend(bool(next(iter(item.values())).get("forced_refresh")) for item in response.body["items"])
-        return response
-
-    monkeypatch.setattr(index.client, "bulk", bulk)
-    return seen
+def doc_ids(hits: list[Any]) -> list[str]:
+    return sorted(h.passage.doc_id for h in hits)
 
 
-def test_the_probe_finds_a_write_nothing_refreshed(pair: tuple[Any, Any]) -> None:
+def test_the_probe_finds_a_write_no_refresh_made_searchable(pair: tuple[Any, Any]) -> None:
     writer, reader = pair
     writer.upsert([make_passage("Merger timeline draft.", anchor="m-1")])
-    slow_refresh(writer, "-1")
+    refresh_every(writer, "2s")
     alias = writer.alias("acme")
     writer.client.bulk(operations=[{"delete": {"_index": alias, "_id": "doc.md@1#m-1"}}], refresh=False)
-    assert [h.passage.anchor for h in reader.search("merger", STAFF, 10, 0.0)] == ["m-1"]
+    assert doc_ids(reader.search("merger", STAFF, 10, 0.0)) == ["doc.md"]
 
 
-def test_revocations_and_deletions_are_searchable_on_return_without_a_forced_refresh(
-    pair: tuple[Any, Any], monkeypatch: Any
-) -> None:
+def test_revocations_and_deletions_are_searchable_when_the_call_returns(pair: tuple[Any, Any]) -> None:
     writer, reader = pair
     writer.upsert(
         [
@@ -82,26 +75,17 @@ def test_revocations_and_deletions_are_searchable_on_return_without_a_forced_ref
         ]
     )
     assert len(reader.search("merger", STAFF, 10, 0.0)) == 6
-    slow_refresh(writer, "1s")
-    forced = forced_refreshes(writer, monkeypatch)
-    board = AccessFilter("acme", ("group:board",), NOW)
+    refresh_every(writer, "2s")
 
     writer.set_acl("acme", "doc.md", ["group:board"], {})  # every version
-    assert sorted(h.passage.doc_id for h in reader.search("merger", STAFF, 10, 0.0)) == [
-        "letter.md",
-        "minutes.md",
-        "minutes.md",
-        "press.md",
-    ]
+    assert doc_ids(reader.search("merger", STAFF, 10, 0.0)) == ["letter.md", "minutes.md", "minutes.md", "press.md"]
     assert reader.passages(STAFF, ["doc.md@1#m-1", "doc.md@2#m-1"]) == []
-    assert len(reader.passages(board, ["doc.md@1#m-1", "doc.md@2#m-1"])) == 2
+    assert len(reader.passages(BOARD, ["doc.md@1#m-1", "doc.md@2#m-1"])) == 2
 
-    writer.delete_doc("acme", "press.md")  # searched for
+    writer.delete_doc("acme", "press.md")  # its passages searched for
     assert reader.count("acme", "press.md") == 0
     writer.delete_doc("acme", "minutes.md", listed=["minutes.md@1#b-1", "minutes.md@1#b-2"])  # deleted by _id
     assert reader.count("acme", "minutes.md") == 0
     writer.delete_passages("acme", ["letter.md@1#l-1"])
     assert reader.search("merger", STAFF, 10, 0.0) == []
     assert reader.passages(STAFF, ["letter.md@1#l-1", "press.md@1#p-1", "minutes.md@1#b-1"]) == []
-
-    assert forced and not any(forced), f"{sum(forced)} of {len(forced)} bulk items forced a refresh"

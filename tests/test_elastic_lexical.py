@@ -383,19 +383,13 @@ def test_an_index_built_with_another_analyzer_refuses_writes(make_index: Callabl
 
 
 class Requests:
-    """Counts the client's `search`, `bulk` and index `refresh` calls (monkeypatched on the adapter's own
-    client); `writes` leaves the refreshes out."""
+    """Counts the client's `search` and `bulk` calls (monkeypatched on the adapter's own client)."""
 
     def __init__(self, index: Any, monkeypatch: Any) -> None:
         self.calls: list[str] = []
         for name in ("search", "bulk"):
             real = getattr(index.client, name)
             monkeypatch.setattr(index.client, name, self._counting(name, real))
-        monkeypatch.setattr(index.client.indices, "refresh", self._counting("refresh", index.client.indices.refresh))
-
-    @property
-    def writes(self) -> list[str]:
-        return [c for c in self.calls if c != "refresh"]
 
     def _counting(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -405,7 +399,7 @@ class Requests:
         return call
 
 
-def test_acl_changes_and_deletions_queued_together_share_one_search_and_bulk(
+def test_acl_changes_and_deletions_queued_together_share_one_search_bulk_and_refresh(
     index: Any, monkeypatch: Any
 ) -> None:
     from concurrent_writes import combiners, held_first
@@ -421,10 +415,8 @@ def test_acl_changes_and_deletions_queued_together_share_one_search_and_bulk(
     ]
     assert held_first(combiners(index), calls) == 2
     # the held round (a.md), then one round for the rest: b.md's and c.md's passages in one search,
-    # d.md's listed passage deleted by _id, all three in one `_bulk`; refreshes follow the `_bulk`s,
-    # shared by the callers waiting meanwhile (a.md's may run beside the second round)
-    assert requests.writes == ["search", "bulk:refresh=False", "search", "bulk:refresh=False"], requests.calls
-    assert 1 <= requests.calls.count("refresh") <= 2 and requests.calls[-1] == "refresh", requests.calls
+    # d.md's listed passage deleted by _id, all three in one `_bulk` with the one forced refresh
+    assert requests.calls == ["search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls
     assert index.search("quarterly", STAFF, 10, 0.0) == []
     board_reader = AccessFilter("acme", ("group:board",), NOW)
     assert sorted(ids(index.search("quarterly", board_reader, 10, 0.0))) == ["a.md@1#root-1", "b.md@1#root-1"]
@@ -435,7 +427,7 @@ def test_a_deletion_of_listed_passages_searches_nothing(index: Any, monkeypatch:
     listed = [p.passage_id for p in index.doc_passages("acme", "doc.md")]
     requests = Requests(index, monkeypatch)
     index.delete_doc("acme", "doc.md", listed=listed)
-    assert requests.calls == ["bulk:refresh=False", "refresh"]
+    assert requests.calls == ["bulk:refresh=True"]
     assert index.count("acme", "doc.md") == 0 and index.search("budget", STAFF, 10, 0.0) == []
 
 
