@@ -16,7 +16,9 @@ one class:
     abstain: score gate           the best sentence's score (after the readings) is below `min_score`
     wrong sentence                it answered, and no quote is from a gold passage
 
-The two abstain gates and the wrong sentence are split by what the best sentence is: a gold sentence
+`best_sentence_from_gold_passage` counts the answerable questions whose best sentence (before any gate) is from
+a gold passage: what a perfect gate on the current sentence choice would ground. The two abstain gates and
+the wrong sentence are split by what the best sentence is: a gold sentence
 (part of a gold quote), another sentence of a gold passage, or a sentence of another passage; and by
 where the best gold sentence ranks among the candidates. The four citation checks are not replayed:
 the extractive model quotes whole sentences of retrieved passages, and no `ragsync eval` report of the
@@ -112,8 +114,13 @@ def tally(turns: Sequence[Turn], rule: Rule) -> dict[str, Any]:
     detail = Counter(f"{r['class']} / best is {r['best']}" for r in misses if "best" in r)
     ranks = Counter(f"{r['class']} / gold sentence rank {_band(r['gold_rank'])}" for r in misses if "best" in r)
     by_type = Counter(f"{r['type']}: {r['class']}" for r in misses)
+    ceiling = 0
+    for t in answerable:  # a perfect gate on the current order: answer exactly when the best sentence is gold's
+        ranked = _read(t, rule.weights, rule.lead, rule.names and rule.fall)[0] if t.read_as is not None else []
+        ceiling += bool(ranked) and _what(ranked[0], t) != "other passage"
     return {
         "answerable": len(answerable),
+        "best_sentence_from_gold_passage": ceiling,
         "gold_in_top10": len(in_top),
         "grounded": classes["grounded"],
         "answer_step_misses": len(misses),
