@@ -5,7 +5,9 @@ once every point holds exactly its keys. On the real server (the shared service)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -174,3 +176,27 @@ def test_keys_an_older_writer_left_behind_are_fixed_before_the_collection_is_mar
     index = QdrantVectorIndex(QdrantClient(url=QDRANT_URL), DIM, collection=name)
     assert index.keyed and answers(index) == reference()
     index.close()
+
+
+def test_the_operator_command_migrates_with_progress_and_refuses_the_embedded_profile(
+    old: tuple[QdrantClient, str], tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from ragsync.cli import main
+
+    client, name = old
+    env = {
+        "RAGSYNC_PROFILE": "cluster",
+        "RAGSYNC_HOME": str(tmp_path / "home"),
+        "RAGSYNC_QDRANT_URL": QDRANT_URL,
+        "RAGSYNC_QDRANT_COLLECTION": name,
+        "RAGSYNC_CONFIG": os.devnull,
+    }
+    result = CliRunner().invoke(main, ["qdrant-acl-keys", "--page", "4"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "by ACL: 6/6" in result.output and f"check 1: {len(PASSAGES)}/{len(PASSAGES)}" in result.output
+    assert "marked=True" in result.output and f"collection={name}" in result.output
+    assert marked(client, name)
+    embedded = CliRunner().invoke(main, ["qdrant-acl-keys"], env=env | {"RAGSYNC_PROFILE": "embedded"})
+    assert embedded.exit_code == 2 and "cluster profile" in embedded.output
