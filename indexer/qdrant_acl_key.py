@@ -20,7 +20,7 @@ What it needs: every writer of the collection runs this code (an older writer ch
 
 What it costs on the server: Qdrant moves every point it changes out of an optimized (indexed) segment
 into an appendable one (copy on write), so the optimizer indexes the whole collection again afterwards;
-until then searches of a broad filter scan more vectors. Measured: bench/README "Eleventh round".
+until then searches of a broad filter scan more vectors. Measured: bench/README "Tenant-qualified ACL keys".
 """
 
 from __future__ import annotations
