@@ -151,6 +151,9 @@ def test_a_key_is_written_only_where_the_acl_holds_it_at_that_moment(old: tuple[
     set_keys(client, name, "acme", ["group:staff"])
     assert keys_of(client, name)["doc.md@1#b-1@acme"] == tenant_acl_keys("acme", ["group:staff"])
     assert keys_of(client, name)["doc.md@1#g-1@globex"] is None
+    assert keys_of(client, name)["d.md@1#d-1@acme"] == tenant_acl_keys("acme", ["group:staff", "user:ann"]), (
+        "a point whose ACL holds more than the combination is not the combination's"
+    )
 
 
 def test_keys_an_older_writer_left_behind_are_fixed_before_the_collection_is_marked(
