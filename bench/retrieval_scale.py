@@ -47,25 +47,9 @@ from schemas.principal import AccessFilter, Principal
 
 FILTERS = (("1%", "hundredth"), ("10%", "tenth"), ("100%", "all"))
 TIERS = ((10, "tenth"), (100, "hundredth"))
-RANKERS = (
-    "bm25",
-    "bm25-exists",
-    "bm25-termset",
-    "bm25-before",
-    "dense",
-    "fused",
-    "dense-before",
-    "fused-before",
-    "dense-keyed",
-    "fused-keyed",
-    "dense-unkeyed",
-    "fused-unkeyed",
-)
+RANKERS = ("bm25", "bm25-exists", "bm25-termset", "bm25-before", "dense", "fused", "dense-before", "fused-before")
 """`dense-before` / `fused-before`: main 1fb722c's dense half on the cluster (bench/cluster_before.py).
-A ranker named twice is measured twice (rows `pass` 1, 2: an ABBA order in one process).
-`-keyed` / `-unkeyed`: the final code with the permission filter forced to the tenant-qualified ACL keys,
-or to the tenant + ACL clauses (indexer.qdrant_filters), whatever the collection's mark says; a keyed row
-is measured only for a filter whose admitted points all hold their keys (`keyed_admits_all`)."""
+A ranker named twice is measured twice (rows `pass` 1, 2: an ABBA order in one process)."""
 
 
 def exists_search(lexical: Any, query: str, access: AccessFilter, limit: int, floor: float) -> list[Any]:
@@ -590,11 +574,6 @@ def measure_size(
         before_vector = open_before(extra["qdrant_url"], DIM, vector.collection)
         embedder = StubEmbedder(dict(zip(w.texts, w.qvecs, strict=True)))
         before_retriever = BeforeRetriever(lexical, before_vector, embedder, None, settings)
-    forced = {
-        key: _forced_filter(vector, key == "keyed", lexical, w, settings)
-        for key in ("keyed", "unkeyed")
-        if any(r.endswith(f"-{key}") for r in rankers)
-    }
     for label, group in FILTERS:
         if label not in extra.get("filters", (label,)):
             continue
@@ -618,17 +597,8 @@ def measure_size(
             ),
             "fused-before": lambda i, p=principal: before_retriever.search(p, w.texts[i], as_of),  # type: ignore[union-attr]
         }
-        for key, (index, forced_retriever) in forced.items():
-            cases[f"dense-{key}"] = lambda i, a=access, v=index: v.search(
-                w.qvecs[i], a, settings.candidates, settings.dense_floor
-            )
-            cases[f"fused-{key}"] = lambda i, p=principal, r=forced_retriever: r.search(p, w.texts[i], as_of)
-        keyed_ok = "keyed" not in forced or _keyed_admits_all(vector, access)
         passes: dict[str, int] = {}
         for ranker in rankers:
-            if ranker.endswith("-keyed") and not keyed_ok:
-                print(f"  {n} {label}: some admitted points hold no keys: {ranker} not measured", file=sys.stderr)
-                continue
             passes[ranker] = passes.get(ranker, 0) + 1
             OVERLAP.clear()
             latencies, cpu, returned = measure_cpu(cases[ranker], queries, 20)
@@ -655,29 +625,6 @@ def measure_size(
                 file=sys.stderr,
             )
     return rows
-
-
-def _forced_filter(vector: Any, keyed: bool, lexical: Any, w: Workload, settings: RetrievalSettings) -> tuple[Any, Any]:
-    """A second adapter on the same collection with its permission filter forced (`-keyed`, `-unkeyed`),
-    and a Retriever over it."""
-    from indexer.qdrant_server import QdrantVectorIndex, connect
-
-    url = vector._client.init_options.get("url") or "http://127.0.0.1:6333"
-    index = QdrantVectorIndex(connect(url), DIM, collection=vector.collection)
-    index.keyed = keyed
-    embedder = StubEmbedder(dict(zip(w.texts, w.qvecs, strict=True)))
-    return index, Retriever(lexical, index, embedder, None, settings)  # type: ignore[arg-type]
-
-
-def _keyed_admits_all(vector: Any, access: AccessFilter) -> bool:
-    """The keyed filter admits as many points as the tenant + ACL filter (every admitted point has its keys)."""
-    from indexer.qdrant_filters import access_filter
-
-    def count(keyed: bool) -> int:
-        flt = access_filter(access, instants=False, keyed=keyed)
-        return int(vector._client.count(vector.collection, count_filter=flt, exact=True).count)
-
-    return count(True) == count(False)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -773,7 +720,7 @@ def main() -> None:
         parser.error("--reuse and --keep need --cluster-name on the cluster profile")
     if args.load_only and not (args.keep and args.profile == "cluster"):
         parser.error("--load-only needs --keep on the cluster profile")
-    dense = any(r.startswith(("dense", "fused")) for r in args.rankers)
+    dense = any(r in ("dense", "fused", "dense-before", "fused-before") for r in args.rankers)
     if args.profile == "embedded" and {"dense-before", "fused-before"} & set(args.rankers):
         parser.error("dense-before and fused-before are the cluster's former dense half")
     if args.profile == "cluster" and "bm25-exists" in args.rankers:
@@ -835,7 +782,7 @@ def main() -> None:
                 if vector is not None and not args.no_recall:  # after the timed part, not timed
                     recall = dense_recall(args.profile, vector, q.workload(n), 50, queries=args.recall_queries)
                     for row in rows:
-                        if row["passages"] == n and row["ranker"].startswith(("dense", "fused")):
+                        if row["passages"] == n and row["ranker"] in ("dense", "fused", "dense-before", "fused-before"):
                             row["dense_recall_vs_exact"] = recall[row["filter"]]
                 if "tantivy" in stores:  # after the timed part: what a deletion's purge costs at this size
                     purge_s = purge_cost(stores["tantivy"])

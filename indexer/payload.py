@@ -10,7 +10,7 @@ validity is stored as an absent `superseded_on`, which both stores can test for.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -72,40 +72,6 @@ def passage_to_doc(passage: Passage) -> dict[str, Any]:
     return doc
 
 
-TENANT_ACL = "tacl"
-"""The payload field holding one key per (tenant, ACL entry) of a point (`tenant_acl_key`): one indexed
-condition for both, so Qdrant need not check the tenant point by point over the ACL index's candidates."""
-
-
-def tenant_acl_key(tenant: str, entry: str) -> str:
-    """One keyword for a (tenant, entry) pair, and no other pair's: the tenant's length in characters, ':',
-    the tenant, ':', the entry. The length says where the tenant ends whatever characters either holds, so
-    the pair is read back from the key alone (`split_tenant_acl_key`): two pairs never share a key."""
-    return f"{len(tenant)}:{tenant}:{entry}"
-
-
-def split_tenant_acl_key(key: str) -> tuple[str, str]:
-    """The (tenant, entry) a key was made of (tenant_acl_key's inverse); ValueError for anything else."""
-    length, sep, rest = key.partition(":")
-    if not sep or not length.isdigit() or length != str(int(length)) or len(rest) <= int(length):
-        raise ValueError(f"not a tenant ACL key: {key!r}")
-    n = int(length)
-    if rest[n] != ":":
-        raise ValueError(f"not a tenant ACL key: {key!r}")
-    return rest[:n], rest[n + 1 :]
-
-
-def tenant_acl_keys(tenant: str, acl: Iterable[str]) -> list[str]:
-    return sorted({tenant_acl_key(tenant, e) for e in acl})
-
-
-def acl_payload(tenant: str, acl: Sequence[str], since: Mapping[str, datetime]) -> dict[str, Any]:
-    """The payload keys an ACL lives in, written together by every upsert and ACL change (one payload
-    write): the entries, their grant instants and the tenant-qualified keys, so a key never outlives its
-    entry (a revocation rewrites all three in the same request)."""
-    return {"acl": list(acl), "acl_since": since_ms(since), TENANT_ACL: tenant_acl_keys(tenant, acl)}
-
-
 def passage_to_point(passage: Passage) -> dict[str, Any]:
     """A vector store's payload: IDs and the fields of the permission filter, no text (see VectorHit)."""
     doc: dict[str, Any] = {
@@ -113,7 +79,8 @@ def passage_to_point(passage: Passage) -> dict[str, Any]:
         "doc_id": passage.doc_id,
         "version": passage.version,
         "tenant": passage.tenant,
-        **acl_payload(passage.tenant, passage.acl, passage.acl_since),
+        "acl": list(passage.acl),
+        "acl_since": since_ms(passage.acl_since),
         "effective_from": iso(passage.effective_from),
     }
     if passage.superseded_on is not None:

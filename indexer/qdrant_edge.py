@@ -38,12 +38,12 @@ import qdrant_edge as q
 from indexer.edge_config import VACUUM as VACUUM  # re-export (indexer.edge_config)
 from indexer.edge_config import load_shard, sentence_rows, shard_config
 from indexer.payload import (
-    acl_payload,
     granted_as_of,
     iso,
     passage_to_point,
     point_id,
     point_to_hit,
+    since_ms,
     stored_passage,
 )
 from indexer.ports import SENTENCE_VECTOR, Durability, StoredPassage, VectorHit, Vectors
@@ -201,8 +201,8 @@ class EdgeVectorIndex:
         self._update(q.UpdateOperation.set_payload_by_filter(flt, {"superseded_on": at}), 0)
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
-        # One set_payload replaces the ACL's keys (indexer.payload.acl_payload); `acl_since` is replaced whole.
-        payload = acl_payload(tenant, acl, since)
+        # One set_payload replaces both keys; `acl_since` is replaced whole (a nested object is not merged).
+        payload = {"acl": list(acl), "acl_since": since_ms(since)}
         self._update(q.UpdateOperation.set_payload_by_filter(_doc_filter(tenant, doc_id), payload), 0)
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:

@@ -2,12 +2,10 @@
 
 Layout: one collection for every tenant, the Qdrant way to do multitenancy. `tenant` is a keyword
 payload index with `is_tenant=True`, so the server stores each tenant's points together and plans
-tenant-filtered searches over that tenant's points alone; `acl`, `tacl` (one key per tenant and ACL
-entry: indexer.payload.acl_payload) and `doc_id` are keyword indexes; `effective_from` and
-`superseded_on` are datetime indexes. The permission filter (tenant and ACL entries, as one condition on
-`tacl` once the collection is marked as holding the keys (indexer.qdrant_acl_key), validity at the as-of
-instant) travels inside `query_points`, so the engine never scores a point the principal may not read,
-and `score_threshold` is the dense ranker's floor (indexer.qdrant_filters).
+tenant-filtered searches over that tenant's points alone; `acl` and `doc_id` are keyword indexes;
+`effective_from` and `superseded_on` are datetime indexes. The permission filter (tenant, ACL
+entries, validity at the as-of instant) travels inside `query_points`, so the engine never scores a
+point the principal may not read, and `score_threshold` is the dense ranker's floor.
 
 Why one collection rather than a collection per tenant: tenants here are many and uneven (a few
 large, a long tail of small ones). Every collection costs the server its own segments, WAL,
@@ -46,16 +44,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from indexer.combine import Combiner
-from indexer.payload import (
-    TENANT_ACL,
-    acl_payload,
-    granted_as_of,
-    iso,
-    passage_to_point,
-    point_id,
-    point_to_hit,
-    stored_passage,
-)
+from indexer.payload import granted_as_of, iso, passage_to_point, point_id, point_to_hit, since_ms, stored_passage
 from indexer.ports import (
     MAX_SENTENCE_VECTORS,
     SENTENCE_VECTOR,
@@ -64,7 +53,6 @@ from indexer.ports import (
     VectorHit,
     Vectors,
 )
-from indexer.qdrant_acl_key import MARKER, MARKER_VERSION, marked
 from indexer.qdrant_connect import LOCAL_MODE_NOTE as LOCAL_MODE_NOTE  # re-export (indexer.qdrant_connect)
 from indexer.qdrant_connect import QdrantUnavailable as QdrantUnavailable  # re-export
 from indexer.qdrant_connect import client_version as client_version  # re-export
@@ -73,10 +61,9 @@ from indexer.qdrant_connect import connect as connect  # re-export
 from indexer.qdrant_connect import open_local as open_local  # re-export
 from indexer.qdrant_connect import rest_query
 from indexer.qdrant_connect import version_problem as version_problem  # re-export
-from indexer.qdrant_filters import access_filter as access_filter  # re-export (bench/qdrant_filter_cost.py)
-from indexer.qdrant_filters import doc_filter, match, open_at
+from schemas._time import to_epoch_ms
 from schemas.passages import Passage
-from schemas.principal import AccessFilter
+from schemas.principal import AccessFilter, since_key
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +71,6 @@ _INDEXED_FIELDS: dict[str, models.PayloadSchemaType | models.KeywordIndexParams]
     "tenant": models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
     "doc_id": models.PayloadSchemaType.KEYWORD,
     "acl": models.PayloadSchemaType.KEYWORD,
-    TENANT_ACL: models.PayloadSchemaType.KEYWORD,
     "version": models.PayloadSchemaType.INTEGER,
     "effective_from": models.PayloadSchemaType.DATETIME,
     "superseded_on": models.PayloadSchemaType.DATETIME,
@@ -112,6 +98,51 @@ UPSERT_FLOATS = 400_000
 32 MB and a component takes up to ~20 bytes as JSON (a point of 384 with its payload: ~8 KB), so one
 request for a document of ~4,000 passages or more was refused (HTTP 400) and the document could never
 be indexed on the cluster profile; a request now stays near 8 MB whatever the dimension."""
+
+
+def _match(key: str, value: str) -> models.FieldCondition:
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def _open_at(at: str) -> models.Filter:
+    """No `superseded_on` (missing or null), or one strictly after the instant."""
+    return models.Filter(
+        should=[
+            models.IsEmptyCondition(is_empty=models.PayloadField(key="superseded_on")),
+            models.FieldCondition(key="superseded_on", range=models.DatetimeRange(gt=at)),
+        ]
+    )
+
+
+def _doc_filter(tenant: str, doc_id: str, *extra: models.Condition) -> models.Filter:
+    return models.Filter(must=[_match("tenant", tenant), _match("doc_id", doc_id), *extra])
+
+
+def access_filter(access: AccessFilter, *, instants: bool = True) -> models.Filter:
+    """Tenant, validity and an entry granted as of the instant (schemas.principal.grants_allow): an
+    entry matches unless its grant instant (`acl_since.<key>`, absent: from the beginning) is later.
+
+    `instants=False` leaves the grant instants out, so every condition left is on an indexed field:
+    the instants are keyed by entry (no payload index can hold them) and Qdrant reads each candidate
+    point's payload to check them (`granted_as_of` checks them on the hits instead: QdrantVectorIndex.search)."""
+    as_of = iso(access.as_of)
+    must: list[models.Condition] = [
+        _match("tenant", access.tenant),
+        models.FieldCondition(key="acl", match=models.MatchAny(any=list(access.entries))),
+        models.FieldCondition(key="effective_from", range=models.DatetimeRange(lte=as_of)),
+        _open_at(as_of),
+    ]
+    if instants:
+        as_of_ms = float(to_epoch_ms(access.as_of))
+        granted: list[models.Condition] = [
+            models.Filter(
+                must=[_match("acl", entry)],
+                must_not=[models.FieldCondition(key=f"acl_since.{since_key(entry)}", range=models.Range(gt=as_of_ms))],
+            )
+            for entry in access.entries
+        ]
+        must.append(models.Filter(should=granted))
+    return models.Filter(must=must)
 
 
 VACUUM = models.OptimizersConfigDiff(deleted_threshold=0.0, vacuum_min_vector_number=100)
@@ -166,12 +197,7 @@ class QdrantVectorIndex:
                 )
                 config = {"": passage, SENTENCE_VECTOR: sentence}
             with contextlib.suppress(Exception):  # another worker may create it at the same moment
-                self._client.create_collection(
-                    self.collection,
-                    vectors_config=config,
-                    optimizers_config=VACUUM,
-                    metadata={MARKER: MARKER_VERSION},  # empty, and every write here carries the keys
-                )
+                self._client.create_collection(self.collection, vectors_config=config, optimizers_config=VACUUM)
             if not self._client.collection_exists(self.collection):
                 raise QdrantUnavailable(f"could not create the Qdrant collection {self.collection!r}")
         params = self._client.get_collection(self.collection).config.params.vectors
@@ -180,16 +206,6 @@ class QdrantVectorIndex:
         if size is not None and size != self.dim:
             raise ValueError(f"collection {self.collection!r} has dimension {size}, the embedder {self.dim}")
         self._layout = SENTENCE_VECTOR in named
-        self.keyed = marked(self._client, self.collection)
-        """The collection holds the tenant-qualified ACL keys on every point (indexer.qdrant_acl_key): the
-        permission filter uses them. Read once, here: a collection migrated later is searched with the keys
-        from the next open; until then with the tenant + ACL filter, which needs no key."""
-        if not self.keyed:
-            log.warning(
-                "Qdrant collection %r predates the tenant ACL keys: searched with the slower tenant + ACL"
-                " filter until `ragsync qdrant-acl-keys` has migrated it",
-                self.collection,
-            )
         if self.sentence_vectors and not self._layout:
             log.warning(
                 "Qdrant collection %r has no sentence vectors (created before sentence_vectors was on):"
@@ -253,24 +269,23 @@ class QdrantVectorIndex:
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:
         at = iso(superseded_on)
-        flt = doc_filter(
+        flt = _doc_filter(
             tenant,
             doc_id,
             models.FieldCondition(key="version", range=models.Range(lt=before_version)),
-            open_at(at),
+            _open_at(at),
         )
         with self._guard():
             self._client.set_payload(self.collection, payload={"superseded_on": at}, points=flt, wait=True)
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         # `acl_since` is replaced whole: set_payload overwrites a top-level key, it does not merge into it.
-        # The keys of (tenant, entry) go in the same write: a revoked entry's key never outlives it.
-        payload = acl_payload(tenant, acl, since)
-        change = models.SetPayload(payload=payload, filter=doc_filter(tenant, doc_id))
+        payload = {"acl": list(acl), "acl_since": since_ms(since)}
+        change = models.SetPayload(payload=payload, filter=_doc_filter(tenant, doc_id))
         self._writes.submit(models.SetPayloadOperation(set_payload=change), (tenant, doc_id))
 
     def delete_doc(self, tenant: str, doc_id: str) -> None:
-        selector = models.FilterSelector(filter=doc_filter(tenant, doc_id))
+        selector = models.FilterSelector(filter=_doc_filter(tenant, doc_id))
         self._writes.submit(models.DeleteOperation(delete=selector), (tenant, doc_id))
 
     def _batch(self, operations: list[models.SetPayloadOperation | models.DeleteOperation]) -> None:
@@ -296,9 +311,9 @@ class QdrantVectorIndex:
     def _search(self, query: Any, using: str | None, access: AccessFilter, limit: int, floor: float) -> list[VectorHit]:
         if not access.entries or limit <= 0:
             return []
-        points = self._query(query, using, access_filter(access, instants=False, keyed=self.keyed), limit, floor)
+        points = self._query(query, using, access_filter(access, instants=False), limit, floor)
         if not all(granted_as_of(p.payload or {}, access) for p in points):
-            points = self._query(query, using, access_filter(access, keyed=self.keyed), limit, floor)
+            points = self._query(query, using, access_filter(access), limit, floor)
         return [point_to_hit(dict(p.payload or {}), float(p.score)) for p in points]
 
     def _query(
@@ -407,9 +422,9 @@ class QdrantVectorIndex:
         return dict(records[0].payload or {}) if records else None
 
     def count(self, tenant: str, doc_id: str | None = None) -> int:
-        must: list[models.Condition] = [match("tenant", tenant)]
+        must: list[models.Condition] = [_match("tenant", tenant)]
         if doc_id is not None:
-            must.append(match("doc_id", doc_id))
+            must.append(_match("doc_id", doc_id))
         with self._guard():
             result = self._client.count(self.collection, count_filter=models.Filter(must=must), exact=True)
         return int(result.count)
@@ -421,7 +436,7 @@ class QdrantVectorIndex:
             with self._guard():
                 points, offset = self._client.scroll(
                     self.collection,
-                    scroll_filter=doc_filter(tenant, doc_id),
+                    scroll_filter=_doc_filter(tenant, doc_id),
                     limit=256,
                     offset=offset,
                     with_payload=True,

@@ -19,7 +19,6 @@ from ragsync.commands.erase import erase
 from ragsync.commands.evaluate import eval_
 from ragsync.commands.model import model
 from ragsync.commands.operator import operator
-from ragsync.commands.qdrant_keys import qdrant_acl_keys
 from ragsync.commands.service import serve, status, worker
 from ragsync.commands.sync import sync
 from ragsync.commands.token import token
@@ -102,22 +101,7 @@ def demo(ctx: click.Context, directory: Path | None) -> None:
     sys.exit(run_demo(directory, settings_of(ctx)))
 
 
-for command in (
-    sync,
-    ask,
-    token,
-    audit,
-    erase,
-    dlq,
-    eval_,
-    model,
-    operator,
-    worker,
-    serve,
-    status,
-    verify,
-    qdrant_acl_keys,
-):
+for command in (sync, ask, token, audit, erase, dlq, eval_, model, operator, worker, serve, status, verify):
     main.add_command(command)
 
 

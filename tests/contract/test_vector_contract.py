@@ -44,7 +44,6 @@ def test_the_store_holds_no_text(vector_index: Any) -> None:
         "tenant",
         "acl",
         "acl_since",
-        "tacl",
         "effective_from",
         "superseded_on",
     }
@@ -106,35 +105,6 @@ def test_acl_replacement_delete_and_floor(vector_index: Any) -> None:
     assert vector_index.search(unit(0, 1), STAFF, 10, 0.0) == []
     vector_index.delete_passages("acme", ["doc.md@1#x-1"])
     assert vector_index.count("acme") == 0
-
-
-def test_the_tenant_acl_keys_follow_the_acl_in_the_same_write(vector_index: Any) -> None:
-    """Every adapter writes the (tenant, entry) keys beside `acl` on upsert and on every ACL change: a
-    revoked entry's key is gone as soon as the entry is (the server adapter's filter matches the keys)."""
-    from indexer.payload import TENANT_ACL, tenant_acl_keys
-
-    vector_index.upsert(
-        [make_passage("x", anchor="x-1", acl=("group:staff", "user:ann")), make_passage("g", tenant="globex")],
-        np.stack([unit(1, 0), unit(1, 0)]),
-    )
-    assert vector_index.payload_of("acme", "doc.md@1#x-1")[TENANT_ACL] == tenant_acl_keys(
-        "acme", ["group:staff", "user:ann"]
-    )
-    assert vector_index.payload_of("globex", "doc.md@1#root-1")[TENANT_ACL] == tenant_acl_keys(
-        "globex", ["group:staff"]
-    )
-    vector_index.set_acl("acme", "doc.md", ["user:ann"], {})
-    assert vector_index.payload_of("acme", "doc.md@1#x-1")[TENANT_ACL] == tenant_acl_keys("acme", ["user:ann"])
-    assert vector_index.payload_of("globex", "doc.md@1#root-1")[TENANT_ACL] == tenant_acl_keys(
-        "globex", ["group:staff"]
-    )
-    assert vector_index.search(unit(1, 0), AccessFilter("acme", ("group:staff",), NOW), 10, 0.0) == []
-    assert ids(vector_index.search(unit(1, 0), AccessFilter("globex", ("group:staff",), NOW), 10, 0.0)) == [
-        "doc.md@1#root-1"
-    ]
-    vector_index.set_acl("acme", "doc.md", [], {})
-    assert vector_index.payload_of("acme", "doc.md@1#x-1")[TENANT_ACL] == []
-    assert vector_index.search(unit(1, 0), STAFF, 10, 0.0) == []
 
 
 def test_upsert_idempotent(vector_index: Any) -> None:
