@@ -41,11 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import answer_rule  # noqa: E402
 from answer_rule import Rule, grid  # noqa: E402
 from answer_turns import Figures, Infeasible, Turn, load_turns, options, tally, write_report  # noqa: E402
 from loo_harness import held_out  # noqa: E402
 
-from query.extractive import Candidate, answer, choose, lead_to_answers, named_first, reread  # noqa: E402
+from query.extractive import Candidate  # noqa: E402
 from query.ports import Evidence  # noqa: E402
 from query.sentences import content_terms  # noqa: E402
 
@@ -109,33 +110,22 @@ def across(
     return out
 
 
-_READ: dict[tuple[Any, ...], tuple[list[Candidate], bool]] = {}
+@dataclass(frozen=True)
+class Across:
+    """`across` with one family's constant, as answer_rule's reorder step (frozen: it hashes by value, so
+    answer_rule's cache of re-read turns keeps one entry per variant)."""
 
+    family: str
+    value: float
 
-def _read(t: Turn, c: Choice) -> tuple[list[Candidate], bool]:
-    """As bench/answer_rule._read, with the passage variant between the lead and the name rule's fall-through."""
-    r = c.rule
-    fall = r.names and r.fall
-    key = (t.set, t.id, r.weights, r.lead, fall, c.family, c.value)
-    if key not in _READ:
-        assert t.read_as is not None
-        base = lead_to_answers(t.candidates, t.evidence) if r.lead else list(t.candidates)
-        base = across(t.read_as, base, t.evidence, c.family, c.value)
-        if fall:
-            first = named_first(t.read_as, base, t.evidence)
-            base = first if first is not None else base
-        ranked = reread(t.read_as, base, t.evidence, r.weights)
-        named = bool(ranked) and bool(answer(t.read_as, ranked[:1], t.evidence, -9.0, -9.0, -9.0, False))
-        _READ[key] = (ranked, named)
-    return _READ[key]
+    def __call__(self, question: str, ranked: Sequence[Candidate], evidence: Sequence[Evidence]) -> list[Candidate]:
+        return across(question, ranked, evidence, self.family, self.value)
 
 
 def cited(t: Turn, c: Choice) -> list[Candidate]:
-    if t.read_as is None:
-        return []
-    ranked, named = _read(t, c)
-    r = c.rule
-    return choose(ranked, r.min_meaning, r.min_score, r.min_focus) if named or not r.names else []
+    """answer_rule.cited under the choice's rule, with the passage variant between the lead and the name
+    rule's fall-through (main's rule: no step at all)."""
+    return answer_rule.cited(t, c.rule, Across(c.family, c.value) if c.family else None)
 
 
 def select(figs: Mapping[str, Mapping[Choice, Figures]], sets: Sequence[str], choices: Sequence[Choice]) -> Choice:
@@ -187,7 +177,7 @@ def main() -> None:
     for family in ("", *(args.families or FAMILIES)):
         name = family or "main"
         report["results"][name] = family_protocol(turns, rules, family)
-        _READ.clear()
+        answer_rule._READ.clear()
         rows = report["results"][name]["sets"]
         print(
             name, {s: (v["grounded"], v["abstain_kept"], v["held_out_choice"].split(",")[0]) for s, v in rows.items()}

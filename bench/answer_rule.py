@@ -32,7 +32,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -143,17 +143,23 @@ def grid(names: tuple[bool, ...] = (True,), **override: tuple[Any, ...]) -> list
     return out
 
 
-_READ: dict[tuple[str, str, FormWeights, bool, bool], tuple[Any, bool]] = {}
+Reorder = Callable[[str, Sequence[Any], Sequence[Any]], list[Any]]
+"""A step between the lead and the name rule's fall-through: (question, candidates best first, evidence) to
+candidates best first (bench/answer_passages). It is part of the cache key, so it must hash by value."""
+
+_READ: dict[tuple[Any, ...], tuple[Any, bool]] = {}
 
 
-def _read(t: Turn, w: FormWeights, lead: bool, fall: bool = False) -> tuple[Any, bool]:
+def _read(t: Turn, w: FormWeights, lead: bool, fall: bool = False, reorder: Reorder | None = None) -> tuple[Any, bool]:
     """The turn's candidates re-read under `w` (query.extractive.reread) and whether their best sentence's
     passage mentions the question's names (query.extractive.answer's second test: answer() cites
     ranked[0] first whenever it answers, so the test depends on the ranking only, not the thresholds)."""
-    key = (t.set, t.id, w, lead, fall)
+    key = (t.set, t.id, w, lead, fall, reorder)
     if key not in _READ:
         assert t.read_as is not None
         base = lead_to_answers(t.candidates, t.evidence) if lead else t.candidates
+        if reorder is not None:
+            base = reorder(t.read_as, base, t.evidence)
         if fall:  # as ExtractiveModel.candidates: the best sentence of a passage naming the question's names first
             first = named_first(t.read_as, base, t.evidence)
             base = first if first is not None else base
@@ -163,11 +169,11 @@ def _read(t: Turn, w: FormWeights, lead: bool, fall: bool = False) -> tuple[Any,
     return _READ[key]
 
 
-def cited(t: Turn, rule: Rule) -> list[Any]:
+def cited(t: Turn, rule: Rule, reorder: Reorder | None = None) -> list[Any]:
     """What the model under `rule` quotes on the turn (nothing: it abstains)."""
     if t.read_as is None:
         return []
-    ranked, named = _read(t, rule.weights, rule.lead, rule.names and rule.fall)
+    ranked, named = _read(t, rule.weights, rule.lead, rule.names and rule.fall, reorder)
     return choose(ranked, rule.min_meaning, rule.min_score, rule.min_focus) if named or not rule.names else []
 
 
