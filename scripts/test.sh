@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs ragsync with its cluster and dev extras, starts the real local services the tests
-# use (Kafka, Elasticsearch, Redis and the Qdrant server), runs lint, types, the import layers and the suite.
+# Installs ragsync with its cluster and dev extras and the Debian packages the suite reads (scripts/machine.sh),
+# starts the real local services the tests use (Kafka, Elasticsearch, Redis and the Qdrant server), runs lint,
+# types, the import layers and the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,11 @@ if [ "${1:-}" = "--fast" ]; then
     lint-imports
     exec python3 -m pytest -q -p no:cacheprovider -m "not cluster and not slow" --durations=10 "$@"
 fi
+
+# Debian's documentation packages, Chromium, acl, DokuWiki and PHP; the shared model export if the
+# machine has one (RAGSYNC_EMBED_MODEL_PATH).
+# shellcheck source=scripts/machine.sh
+source scripts/machine.sh
 
 python3 -m pip install --quiet --disable-pip-version-check -e '.[cluster,dev,smb]'
 

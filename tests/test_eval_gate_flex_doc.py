@@ -3,8 +3,8 @@
 Builds the CI corpus (25 node pages of Debian's flex-doc, ~140 passages, two tenants with a
 maintainers-only folder and a single-user chapter), verifies every gold quote, syncs with the real
 embedding model on the embedded profile and runs `ragsync eval` with gates (tests/evalgate.py).
-Skipped only when the package cannot be had; CI installs it (`.ci/run`). The retrieval work raises
-these thresholds as it improves the figures.
+Skipped only when the package cannot be had; the test command installs it (`scripts/machine.sh`).
+The retrieval work raises these thresholds as it improves the figures.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Builds the CI corpus (15 pages of Debian's git-doc, ~440 passages, two tenants with an ops-only folder
 and a single-user page), verifies every gold quote, syncs with the real embedding model on the embedded
 profile and runs `ragsync eval` with gates (tests/evalgate.py). Skipped only when the package cannot be
-had; CI installs it (`.ci/run`). The retrieval work raises these thresholds as it improves the figures.
+had; the test command installs it (`scripts/machine.sh`). The retrieval work raises these thresholds as
+it improves the figures.
 """
 
 from __future__ import annotations
