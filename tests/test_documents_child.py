@@ -141,3 +141,21 @@ def test_a_document_that_kills_every_child_is_dead_lettered(tmp_path: Path, spec
         assert indexer.stats["documents"].dead_lettered == 1
     finally:
         child.close()
+
+
+def test_the_wiring_puts_the_child_behind_the_cache_and_the_chunker(tmp_path: Path, spec: ModelSpec) -> None:
+    from ragsync.settings import Settings
+    from ragsync.wiring import build
+
+    settings = Settings(home=tmp_path / "home", embed_model_path=MODEL_PATH)
+    child = DocumentsChild(spec, nice=5)
+    components = build(settings, documents_child=child)
+    try:
+        assert components.chunker.inline == child.chunk
+        embedder = components.embedder
+        assert isinstance(embedder, CachedEmbedder) and isinstance(embedder._inner, ChildEmbedder)
+        assert child.started == 1
+        assert build(settings).chunker.inline is not child.chunk, "without a child: in-process"
+    finally:
+        components.close()
+        child.close()
