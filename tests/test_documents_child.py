@@ -36,8 +36,11 @@ T = TypeVar("T")
 
 pytestmark = pytest.mark.skipif(not (MODEL_PATH / "model.onnx").is_file(), reason=f"no model at {MODEL_PATH}")
 
-DOC = "\n\n".join(f"# Section {i}\n\n" + f"Paragraph {i} of the travel policy, on trains. " * 12 for i in range(60))
-"""A document of 60 passages: its embedding takes a while, so a kill lands during it."""
+PASSAGES = 150
+DOC = "\n\n".join(
+    f"# Section {i}\n\n" + f"Paragraph {i} of the travel policy, on trains. " * 12 for i in range(PASSAGES)
+)
+"""A document of PASSAGES passages: its embedding takes a second or more, so a kill 0.1 s in lands during it."""
 
 
 class Killing(DocumentsChild):
@@ -54,7 +57,7 @@ class Killing(DocumentsChild):
             if self.kills > 0:
                 self.kills -= 1
                 pid, _ = self.identity()
-                threading.Timer(0.05, os.kill, (pid, signal.SIGKILL)).start()
+                threading.Timer(0.1, os.kill, (pid, signal.SIGKILL)).start()
         return super().call(fn, *args)
 
 
@@ -112,7 +115,7 @@ def test_a_child_killed_mid_document_fails_the_call_and_the_next_starts_another(
     assert inner is not None
     before, _ = killing.identity()
     with pytest.raises(ChildDied):
-        inner.embed([DOC] * 40)
+        inner.embed([DOC] * 4)
     assert inner.embed(["again"]).shape == (1, inner.dim)
     after, _ = killing.identity()
     assert after != before and killing.started == 2
@@ -124,9 +127,9 @@ def test_a_document_whose_child_was_killed_is_applied_by_the_retry(tmp_path: Pat
     assert asyncio.run(indexer.apply(record(event))) is None, "applied, not dead-lettered"
     assert killing.started == 2 and killing.embed_calls == 2, "killed during the first try, applied by the second"
     state = sink.docs.get("acme", "t:p.md")
-    assert state is not None and state.content_version == 1 and len(state.passage_ids) == 60
-    assert sink.vector is not None and sink.vector.count("acme") == 60
-    hits = sink.vector.search(embedder.embed_query("paragraph 7 of the travel policy"), STAFF, 60, 0.0)
+    assert state is not None and state.content_version == 1 and len(state.passage_ids) == PASSAGES
+    assert sink.vector is not None and sink.vector.count("acme") == PASSAGES
+    hits = sink.vector.search(embedder.embed_query("paragraph 7 of the travel policy"), STAFF, PASSAGES, 0.0)
     assert {h.passage_id for h in hits} == set(state.passage_ids)
     assert indexer.stats["documents"].applied == 1
 
