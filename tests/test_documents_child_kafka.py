@@ -88,8 +88,8 @@ def test_a_worker_whose_documents_child_is_killed_applies_every_document(tmp_pat
         wait_until(lambda: d.log.lag(TOPIC_DOCUMENTS, d.app_id) == 0, 30, "the offsets committed", explain=d.logs)
         d.stop_worker(worker)
         log = d.log_paths[-1].read_text(errors="replace")
-        deaths = log.count("the documents child died")
-        print(f"\n{len(killed)} children killed, {deaths} calls failed and retried")
+        deaths = log.count("the event is retried with a new child")
+        print(f"\n{len(killed)} children killed, {deaths} calls failed with ChildDied and retried")
         assert killed and deaths >= 1, d.logs()
         applied_n, _, dead = worker_summary(log)["documents"]
         assert dead == 0 and applied_n == len(events), (applied_n, dead)
