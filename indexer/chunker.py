@@ -23,9 +23,9 @@ Two choices worth knowing about:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from indexer.budget import Budget, ChildPool, OverBudget, PoolUser
+from indexer.budget import OverBudget, PoolUser
 from indexer.chunking.anchors import anchor_pieces
 from indexer.chunking.delimited import read_csv, read_tsv
 from indexer.chunking.extracted import read_extracted
@@ -122,14 +122,6 @@ def _extracted_chars(document: ExtractedDocument) -> int:
     return total
 
 
-class InlineChunk(Protocol):
-    """Where IsolatedChunker chunks what it does not send to a budgeted child (default: this process)."""
-
-    def __call__(
-        self, content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str
-    ) -> list[Chunk]: ...
-
-
 class IsolatedChunker(PoolUser):
     """chunk_document / chunk_extracted for the indexer, large documents in a child within a Budget.
 
@@ -138,15 +130,8 @@ class IsolatedChunker(PoolUser):
     table of one-character cells, docutils is quadratic on wide grid tables. So reStructuredText,
     and any document over `budget.inline_bytes` (of text, or of extracted blocks), is chunked in a
     child process of indexer.budget; past its time or memory it is Unchunkable ("chunking exceeded 30 s"), which the
-    worker dead-letters with that reason. Smaller ones are chunked in-process, as before, or by `inline`
-    (the cluster worker's documents child, indexer.documents_child).
+    worker dead-letters with that reason. Smaller ones are chunked in-process, as before.
     """
-
-    def __init__(
-        self, budget: Budget | None = None, *, pool: ChildPool | None = None, inline: InlineChunk | None = None
-    ) -> None:
-        super().__init__(budget, pool=pool)
-        self.inline: InlineChunk = inline or _chunk_here
 
     def chunk(self, content: str | ExtractedDocument, content_type: str, *, max_chars: int, title: str) -> list[Chunk]:
         if isinstance(content, ExtractedDocument):
@@ -154,7 +139,7 @@ class IsolatedChunker(PoolUser):
         else:
             size, data = len(content), content.encode()
         if size <= self.budget.inline_bytes and content_type != "rst":  # docutils: never in-process (see rst.py)
-            return self.inline(content, content_type, max_chars=max_chars, title=title)
+            return _chunk_here(content, content_type, max_chars=max_chars, title=title)
         header = {"content_type": content_type, "max_chars": max_chars, "title": title}
         try:
             reply = self._pool.call("indexer.chunker:chunk_in_child", header, data, what="chunking")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexer.deny import DenySet
-from indexer.documents_child import DocumentsChild
 from indexer.ports import (
     Cache,
     DeletionAudit,
@@ -26,7 +25,7 @@ from indexer.ports import (
     VectorIndex,
 )
 from indexer.propagation import PropagationLog
-from ragsync.components import Components, ModelLoader, build_embedder, field_weights
+from ragsync.components import Components, build_embedder, field_weights
 from ragsync.home import secure_home
 from ragsync.settings import Settings
 from streams.ports import EventLog
@@ -79,7 +78,7 @@ class ClusterAdapters:
             analyzer=s.lexical_analyzer,
         )
 
-    def embedder(self, model: ModelLoader | None = None) -> Embedder | None:
+    def embedder(self) -> Embedder | None:
         """The model behind the Redis embedding cache: a text any worker embedded is never embedded again."""
 
         def shared() -> EmbeddingCache:
@@ -87,7 +86,7 @@ class ClusterAdapters:
 
             return RedisEmbeddingCache(self.settings.redis_url, namespace=self.settings.redis_namespace)
 
-        return build_embedder(self.settings, shared, model)
+        return build_embedder(self.settings, shared)
 
     def vector(self, dim: int) -> VectorIndex:
         from indexer.qdrant_server import QdrantVectorIndex, connect, open_local
@@ -124,7 +123,5 @@ class ClusterAdapters:
         return ElasticPropagationLog(self.settings.es_url, prefix=self.settings.es_index_prefix)
 
 
-def build_cluster(
-    settings: Settings, *, with_embedder: bool = True, documents_child: DocumentsChild | None = None
-) -> Components:
-    return Components(settings, ClusterAdapters(settings), with_embedder=with_embedder, documents_child=documents_child)
+def build_cluster(settings: Settings, *, with_embedder: bool = True) -> Components:
+    return Components(settings, ClusterAdapters(settings), with_embedder=with_embedder)

@@ -17,14 +17,13 @@ from typing import Any
 import faust
 from kafka import KafkaAdminClient
 
-from ragsync.components import documents_child
 from ragsync.listeners import bind, serve_in_thread
 from ragsync.metrics import check_metrics_exposure, metrics_app, metrics_guard, new_registry
 from ragsync.propagation_metrics import PropagationMetrics
 from ragsync.purge import scheduled_purges
 from ragsync.settings import Settings, SettingsError
 from ragsync.wiring import build
-from streams.appliers import DOCUMENTS_NICE, Indexer, lower_priority
+from streams.appliers import Indexer, lower_priority
 from streams.faust_app import Deployment, build_app, close_deny_reader
 from streams.kafka_admin import ensure_topics
 
@@ -42,15 +41,8 @@ def run_worker(settings: Settings, *, loglevel: str = "info", app_id: str | None
         partitions = ensure_topics(admin, settings.kafka_topic_prefix, settings.kafka_partitions)
     finally:
         admin.close()
-    child = documents_child(settings, DOCUMENTS_NICE) if settings.worker_documents_child else None
-    components = build(settings, documents_child=child)
-    if child is not None:
-        components.closers.append(child)
-        _ = components.embedder  # the child starts and loads the model now, not at the first document
-        pid, nice = child.identity()
-        log.info("documents chunked and embedded in child %d at niceness %d", pid, nice)
-    else:
-        load_model_at_low_priority(components)
+    components = build(settings)
+    load_model_at_low_priority(components)
     # One line per HTTP request to Elasticsearch would drown the worker's own log at INFO.
     for noisy in ("elastic_transport", "elastic_transport.transport", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

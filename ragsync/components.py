@@ -23,7 +23,6 @@ from connectors.extract import Extractor
 from indexer.budget import Budget, ChildPool
 from indexer.chunker import IsolatedChunker
 from indexer.deny import DenySet
-from indexer.documents_child import ChildEmbedder, DocumentsChild, ModelSpec
 from indexer.embedder import load_embedder
 from indexer.embedding_cache import CachedEmbedder
 from indexer.ports import (
@@ -56,10 +55,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-ModelLoader = Callable[[], Embedder | None]
-"""Where the model runs: called once for the embedder behind the cache (None: no model, BM25 only)."""
-
-
 class AdapterFactory(Protocol):
     """How one profile opens each port's adapter; called at most once per port by Components."""
 
@@ -67,8 +62,7 @@ class AdapterFactory(Protocol):
 
     def lexical(self) -> LexicalIndex: ...
 
-    def embedder(self, model: ModelLoader | None = None) -> Embedder | None:
-        """The model (`model()`, else loaded in this process) behind the profile's embedding cache."""
+    def embedder(self) -> Embedder | None: ...
 
     def vector(self, dim: int) -> VectorIndex: ...
 
@@ -86,20 +80,10 @@ class AdapterFactory(Protocol):
 class Components:
     """The ports of one profile, each adapter opened the first time it is used and closed by close()."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        factory: AdapterFactory,
-        *,
-        with_embedder: bool = True,
-        documents_child: DocumentsChild | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, factory: AdapterFactory, *, with_embedder: bool = True) -> None:
         self.settings = settings
         self.factory = factory
         self.with_embedder = with_embedder
-        self.documents_child = documents_child
-        """The cluster worker's child that chunks and runs the model (indexer.documents_child); None:
-        in this process. Whoever made it closes it."""
         self.closers: list[Any] = []
         self._opened: list[Any] = []
 
@@ -118,11 +102,7 @@ class Components:
 
     @cached_property
     def embedder(self) -> Embedder | None:
-        if not self.with_embedder:
-            return None
-        child = self.documents_child
-        model: ModelLoader | None = None if child is None else lambda: ChildEmbedder.start(child)
-        return self._open(self.factory.embedder(model))  # type: ignore[no-any-return]
+        return self._open(self.factory.embedder()) if self.with_embedder else None  # type: ignore[no-any-return]
 
     @cached_property
     def vector(self) -> VectorIndex | None:
@@ -169,8 +149,7 @@ class Components:
 
     @cached_property
     def chunker(self) -> IsolatedChunker:
-        child = self.documents_child
-        return IsolatedChunker(pool=self.children, inline=None if child is None else child.chunk)
+        return IsolatedChunker(pool=self.children)
 
     @cached_property
     def reranker(self) -> Reranker | None:
@@ -289,23 +268,17 @@ def field_weights(settings: Settings) -> FieldWeights:
     return FieldWeights(title=settings.bm25_title_weight, heading=settings.bm25_heading_weight)
 
 
-def build_embedder(
-    settings: Settings, cache: Callable[[], EmbeddingCache] | None = None, model: ModelLoader | None = None
-) -> Embedder | None:
-    """The model behind its embedding cache: `cache` opens the profile's shared one, else SQLite in the home;
-    `model` runs the model elsewhere (the documents child), else it is loaded in this process."""
-    if model is not None:
-        inner = model()
-    else:
-        inner = load_embedder(
-            settings.embed_model_path,
-            settings.embed_model_name,
-            cache_dir=settings.embed_cache_dir,
-            download=settings.embed_download,
-            query_prefix=settings.embed_query_prefix,
-            threads=settings.embed_threads,
-            query_batch=settings.embed_query_batch,
-        )
+def build_embedder(settings: Settings, cache: Callable[[], EmbeddingCache] | None = None) -> Embedder | None:
+    """The model behind its embedding cache: `cache` opens the profile's shared one, else SQLite in the home."""
+    inner = load_embedder(
+        settings.embed_model_path,
+        settings.embed_model_name,
+        cache_dir=settings.embed_cache_dir,
+        download=settings.embed_download,
+        query_prefix=settings.embed_query_prefix,
+        threads=settings.embed_threads,
+        query_batch=settings.embed_query_batch,
+    )
     if inner is None:
         return None
     return CachedEmbedder(inner, cache() if cache is not None else settings.home / "embeddings.db")
@@ -324,16 +297,3 @@ def anthropic_model(settings: Settings) -> AnthropicModel:
     return AnthropicModel.connect(
         settings.anthropic_model, api_key=api_key, base_url=settings.anthropic_base_url, citations=settings.citations
     )
-
-
-def documents_child(settings: Settings, nice: int) -> DocumentsChild:
-    """The cluster worker's child for the documents' CPU work, at `nice` (indexer.documents_child)."""
-    spec = ModelSpec(
-        settings.embed_model_path,
-        settings.embed_model_name,
-        cache_dir=settings.embed_cache_dir,
-        download=settings.embed_download,
-        query_prefix=settings.embed_query_prefix,
-        threads=settings.embed_threads,
-    )
-    return DocumentsChild(spec, nice=nice)

@@ -10,10 +10,9 @@ from typing import Any
 
 from indexer.cache import InProcessCache
 from indexer.deny import DenySet
-from indexer.documents_child import DocumentsChild
 from indexer.ports import Cache, DeletionAudit, DocStateStore, Embedder, LexicalIndex, VectorIndex
 from indexer.propagation import PropagationLog
-from ragsync.components import Components, ModelLoader, build_embedder, field_weights, stamp_home_model
+from ragsync.components import Components, build_embedder, field_weights, stamp_home_model
 from ragsync.home import secure_home
 from ragsync.home_lexical import LEXICAL_DB, home_engine, stamp_engine
 from ragsync.settings import Settings
@@ -69,8 +68,8 @@ class EmbeddedAdapters:
         stamp_engine(self.home, engine)
         return index
 
-    def embedder(self, model: ModelLoader | None = None) -> Embedder | None:
-        embedder = build_embedder(self.settings, model=model)
+    def embedder(self) -> Embedder | None:
+        embedder = build_embedder(self.settings)
         if embedder is not None:
             stamp_home_model(self.home, embedder.model_name)
         return embedder
@@ -106,9 +105,5 @@ class EmbeddedAdapters:
         return SqlitePropagationLog(self.home / "propagation.db")
 
 
-def build_embedded(
-    settings: Settings, *, with_embedder: bool = True, documents_child: DocumentsChild | None = None
-) -> Components:
-    return Components(
-        settings, EmbeddedAdapters(settings), with_embedder=with_embedder, documents_child=documents_child
-    )
+def build_embedded(settings: Settings, *, with_embedder: bool = True) -> Components:
+    return Components(settings, EmbeddedAdapters(settings), with_embedder=with_embedder)

@@ -198,11 +198,6 @@ class Settings(BaseSettings):
     """A deletion's bytes leave every store's files at most this long after it was applied (purge)."""
     worker_metrics_port: int | None = Field(default=9465, ge=0, le=65535)
     """A cluster worker's own metrics listener on metrics_host (propagation histograms); None: none."""
-    worker_documents_child: bool = False
-    """A cluster worker chunks documents and runs the embedding model in one child process at a lower OS
-    priority (indexer.documents_child), so that work holds neither its GIL nor CPU its ACL and deletion
-    appliers need; the stores are still written by the worker. Off by default: at --background-load 4 it
-    measured no better than the documents thread (bench/README.md, fifteenth round)."""
 
     metrics_host: str = "127.0.0.1"  # operator metrics listener of `ragsync serve`; loopback unless metrics_token
     metrics_port: int | None = Field(default=9464, ge=0, le=65535)  # None: no metrics listener

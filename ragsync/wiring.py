@@ -11,7 +11,6 @@ moved out of this module (issue 21) are re-exported, so `from ragsync.wiring imp
 
 from __future__ import annotations
 
-from indexer.documents_child import DocumentsChild
 from ragsync.cluster import build_cluster
 from ragsync.components import AdapterFactory as AdapterFactory
 from ragsync.components import Components as Components
@@ -26,10 +25,7 @@ from ragsync.tokens import token_signer as token_signer
 from ragsync.tokens import token_verifier as token_verifier
 
 
-def build(
-    settings: Settings, *, with_embedder: bool = True, documents_child: DocumentsChild | None = None
-) -> Components:
-    """`documents_child`: chunk and embed in that child (the cluster worker, indexer.documents_child)."""
+def build(settings: Settings, *, with_embedder: bool = True) -> Components:
     if settings.profile == "cluster":
-        return build_cluster(settings, with_embedder=with_embedder, documents_child=documents_child)
-    return build_embedded(settings, with_embedder=with_embedder, documents_child=documents_child)
+        return build_cluster(settings, with_embedder=with_embedder)
+    return build_embedded(settings, with_embedder=with_embedder)

@@ -51,9 +51,7 @@ DOCUMENTS_NICE = 10
 """How much the documents thread lowers its OS priority (Linux `nice` is per thread). Embedding and
 chunking are the worker's CPU-bound work; at nice 10 they take the CPU the access appliers, the event
 loop and the heartbeats leave, so a contended machine slows the backlog instead of the revocations.
-Raising niceness needs no privilege; the backlog still drains at whatever CPU is left over. A cluster
-worker can also move that work into a child process at this niceness (indexer.documents_child, the setting
-worker_documents_child, off: no gain measured at --background-load 4, bench/README.md fifteenth round)."""
+Raising niceness needs no privilege; the backlog still drains at whatever CPU is left over."""
 
 
 def lower_priority(increment: int = DOCUMENTS_NICE) -> None:
