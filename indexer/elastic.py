@@ -26,9 +26,7 @@ transport-netty4, x-pack-core and x-pack-security): `update_by_query` and `delet
 live in the `reindex` module and a field-setting `update_by_query` also needs a Painless
 script (`lang-painless`); neither module is there. The adapter therefore always uses the
 portable path: list the document's passages (term filter, `search_after` over `passage_id`),
-then one `_bulk` of partial-document updates or deletes by `_id`. For revocations and deletions the
-caller lists them in its own thread and the shared round is the `_bulk` alone, checked by a second
-listing once it returned (indexer.elastic_access). It is the only path that can
+then one `_bulk` of partial-document updates or deletes by `_id`. It is the only path that can
 be tested here, it needs no scripting, and `supersede` uses optimistic concurrency
 (`if_seq_no`/`if_primary_term`) so a conditional update is never applied to a passage that
 changed after it was read; a conflict re-reads and retries. Revocations and deletions are
@@ -39,12 +37,12 @@ extra segments). `modules()` reports what the server has, for operators and test
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from indexer.combine import Combiner
-from indexer.elastic_access import AccessWrite, AclWrite, DocDelete, conflicted, round_ops
 from indexer.elastic_client import (
     BULK_CHUNK,
     MAX_RESULT_WINDOW,
@@ -60,7 +58,7 @@ from indexer.elastic_client import (
 )
 from indexer.elastic_indexes import ElasticPassageIndexes
 from indexer.elastic_mapping import SEARCH_FIELDS_ADDED, access_query, open_at, search_body
-from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc
+from indexer.payload import SINCE_OFFSET, doc_to_passage, iso, passage_to_doc, since_text
 from indexer.ports import (
     DEFAULT_FIELD_WEIGHTS,
     DEFAULT_LEXICAL_ANALYZER,
@@ -74,9 +72,36 @@ from schemas.passages import Passage
 from schemas.principal import AccessFilter, since_key
 from schemas.text import query_terms
 
+
+@dataclass(frozen=True)
+class _AclWrite:
+    tenant: str
+    doc_id: str
+    acl: tuple[str, ...]
+    since: dict[str, datetime]
+
+
+@dataclass(frozen=True)
+class _DocDelete:
+    tenant: str
+    doc_id: str
+    listed: tuple[str, ...] | None
+    """The passage IDs the caller listed just before (`doc_passages`), or None: search for them."""
+
+
+_AccessWrite = _AclWrite | _DocDelete
+
+
 TIE_MARGIN = 16
 """Passages a search asks for beyond its limit, so a tie at the cut can be settled by passage_id
 without asking again (ElasticLexicalIndex.search)."""
+
+
+def _by_tenant(docs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for tenant, doc_id in docs:
+        out.setdefault(tenant, []).append(doc_id)
+    return out
 
 
 class ElasticLexicalIndex(ElasticPassageIndexes):
@@ -102,7 +127,7 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         # Revocations and deletions of concurrent appliers share one search, one `_bulk` and one
         # forced refresh per write (indexer.combine): one each per event was the appliers' queue, and
         # one writer per kind ran two forced refreshes of the same index side by side.
-        self._access_writes: Combiner[AccessWrite] = Combiner(self._write_access, name="ragsync-es-access")
+        self._access_writes: Combiner[_AccessWrite] = Combiner(self._write_access, name="ragsync-es-access")
 
     # ---- writes --------------------------------------------------------------------------------
 
@@ -142,10 +167,10 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         return conflicts
 
     def _passages(
-        self, alias: str, filters: list[dict[str, Any]], *, exclude: Collection[str] = ()
+        self, alias: str, filters: list[dict[str, Any]], *, with_doc_id: bool = False
     ) -> Iterator[dict[str, Any]]:
-        """Every matching passage but those whose `_id` is in `exclude` (id, seq_no, primary_term),
-        paged by `search_after` on passage_id."""
+        """Every matching passage (id, seq_no, primary_term; `_source.doc_id` if asked), paged by
+        `search_after` on passage_id."""
         if self._refresh not in ("true", "wait_for"):
             # writes of this adapter may not be searchable yet: a revocation must see all of them
             self._es.indices.refresh(index=alias, ignore_unavailable=True)
@@ -153,12 +178,10 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
         while True:
             response = self._es.search(
                 index=alias,
-                query={
-                    "bool": {"filter": filters, "must_not": [{"ids": {"values": sorted(exclude)}}] if exclude else []}
-                },
+                query={"bool": {"filter": filters}},
                 size=PAGE_SIZE,
                 sort=[{"passage_id": "asc"}],
-                source=False,
+                source={"includes": ["doc_id"]} if with_doc_id else False,
                 seq_no_primary_term=True,
                 search_after=after,
                 ignore_unavailable=True,
@@ -173,6 +196,9 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
     def _doc_filters(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
         return [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]
 
+    def _docs_filters(self, tenant: str, doc_ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"term": {"tenant": tenant}}, {"terms": {"doc_id": sorted(set(doc_ids))}}]
+
     def delete_passages(self, tenant: str, passage_ids: Sequence[str]) -> None:
         if not passage_ids or not self._alias_exists(tenant):
             return
@@ -181,59 +207,65 @@ class ElasticLexicalIndex(ElasticPassageIndexes):
 
     def delete_doc(self, tenant: str, doc_id: str, listed: Sequence[str] | None = None) -> None:
         """Every passage of the document, deleted and refreshed before returning, with the ACL changes
-        and deletions of other appliers queued meanwhile (one `_bulk`, one refresh).
+        and deletions of other appliers queued meanwhile (one search, one `_bulk`, one refresh).
 
         `listed` (LexicalIndex.delete_doc): the IDs `doc_passages` returned just before, under the
-        document's key. They are deleted by `_id`, but only when every write of this adapter is
-        searchable once it returned (`refresh` "true" or "wait_for"): otherwise the listing may have
-        missed a passage, and the document's passages are listed here and checked (`_settle`)."""
-        if not self._alias_exists(tenant):
-            return
-        if listed is not None and self._refresh in ("true", "wait_for"):
-            ids = tuple(doc_key(pid) for pid in listed)
-            self._access_writes.submit(DocDelete(tenant, doc_id, ids), (tenant, doc_id))
-            return
-        self._settle(tenant, doc_id, lambda ids: DocDelete(tenant, doc_id, ids))
+        document's key. They are deleted by `_id` without searching again, but only when every write
+        of this adapter is searchable once it returned (`refresh` "true" or "wait_for"): otherwise the
+        listing may have missed a passage, and the document's passages are searched as before."""
+        if self._alias_exists(tenant):
+            known = tuple(listed) if listed is not None and self._refresh in ("true", "wait_for") else None
+            self._access_writes.submit(_DocDelete(tenant, doc_id, known), (tenant, doc_id))
 
     def set_acl(self, tenant: str, doc_id: str, acl: Sequence[str], since: Mapping[str, datetime]) -> None:
         """Partial-document update of `acl` and its grant instants on every version, refreshed before
-        returning; `retry_on_conflict` absorbs a racing write. The document's passages are listed here,
-        written by `_id` in a round shared with the ACL changes and deletions of other appliers
-        (indexer.combine), and checked after (`_settle`). A partial update merges objects, so the
-        instants of entries no longer in `acl` may stay in `acl_since`: harmless, the filter requires
-        the entry in `acl` as well."""
+        returning; `retry_on_conflict` absorbs a racing write. The ACL changes and deletions of other
+        appliers queued meanwhile share the search, `_bulk` and refresh (indexer.combine). A partial
+        update merges objects, so the instants of entries no longer in `acl` may stay in `acl_since`:
+        harmless, the filter requires the entry in `acl` as well."""
         if self._alias_exists(tenant):
-            entries, instants = tuple(acl), dict(since)
-            self._settle(tenant, doc_id, lambda ids: AclWrite(tenant, doc_id, ids, entries, instants))
+            self._access_writes.submit(_AclWrite(tenant, doc_id, tuple(acl), dict(since)), (tenant, doc_id))
 
-    def _settle(self, tenant: str, doc_id: str, write: Callable[[tuple[str, ...]], AccessWrite]) -> None:
-        """List the document's passages (in the caller's thread, not the writer's), write them in the next
-        round, then list those of the document not written yet; until there are none (indexer.elastic_access:
-        the check after the round finds any passage a search inside the round would have found)."""
-        alias = self.alias(tenant)
-        filters = self._doc_filters(tenant, doc_id)
-        written: set[str] = set()
-        ids = tuple(h["_id"] for h in self._passages(alias, filters))
-        for _ in range(WRITE_ATTEMPTS):
-            if not ids:
-                return
-            self._access_writes.submit(write(ids), (tenant, doc_id))
-            written.update(ids)
-            ids = tuple(h["_id"] for h in self._passages(alias, filters, exclude=written))
-        raise ElasticWriteError(f"{tenant}/{doc_id}: new passages still appearing after {WRITE_ATTEMPTS} rounds")
-
-    def _write_access(self, writes: list[AccessWrite]) -> None:
+    def _write_access(self, writes: list[_AccessWrite]) -> None:
         """One round of ACL changes and deletions (never two of one document: Combiner keys): a single
-        `_bulk` (refresh=true) updates and deletes their passages by `_id`, so the round costs one
-        request and one forced refresh, and no search. Version conflicts still left after the update's
-        own retries are written again, those `_id`s only."""
-        pending: list[AccessWrite] = list(writes)
+        search lists the passages of the documents whose ACL changes and of the deletions not listed
+        by their caller, and a single `_bulk` (refresh=true) updates and deletes them all, so the round
+        costs one forced refresh. Version conflicts on an update re-read and retry that document."""
+        pending: dict[tuple[str, str], _AccessWrite] = {(w.tenant, w.doc_id): w for w in writes}
         for _ in range(WRITE_ATTEMPTS):
-            ops, owners = round_ops(self.alias, pending)
-            pending = conflicted(owners, self._bulk(ops, refresh=True)) if ops else []
-            if not pending:
+            ops: list[dict[str, Any]] = []
+            owners: dict[str, _AclWrite] = {}
+            for w in pending.values():
+                if isinstance(w, _DocDelete) and w.listed is not None:
+                    alias = self.alias(w.tenant)
+                    ops.extend({"delete": {"_index": alias, "_id": doc_key(pid)}} for pid in w.listed)
+            searched = [key for key, w in pending.items() if isinstance(w, _AclWrite) or w.listed is None]
+            for tenant, doc_ids in _by_tenant(searched).items():
+                alias = self.alias(tenant)
+                for h in self._passages(alias, self._docs_filters(tenant, doc_ids), with_doc_id=True):
+                    w = pending[(tenant, h["_source"]["doc_id"])]
+                    if isinstance(w, _DocDelete):
+                        ops.append({"delete": {"_index": alias, "_id": h["_id"]}})
+                        continue
+                    owners[h["_id"]] = w
+                    ops.append({"update": {"_index": alias, "_id": h["_id"], "retry_on_conflict": 3}})
+                    ops.append(
+                        {
+                            "doc": {
+                                "acl": list(w.acl),
+                                "acl_since": since_text(w.since),
+                                "acl_entries_since": {e: iso(t) for e, t in sorted(w.since.items())},
+                            }
+                        }
+                    )
+            conflicted: dict[tuple[str, str], _AccessWrite] = {}
+            for conflict in self._bulk(ops, refresh=True) if ops else []:
+                w = owners[conflict["_id"]]  # only updates conflict: a delete of a gone passage is a 404
+                conflicted[(w.tenant, w.doc_id)] = w
+            if not conflicted:
                 return
-        names = ", ".join(f"{w.tenant}/{w.doc_id}" for w in pending)
+            pending = conflicted
+        names = ", ".join(f"{t}/{d}" for t, d in pending)
         raise ElasticWriteError(f"set_acl {names}: still conflicting after {WRITE_ATTEMPTS} attempts")
 
     def supersede(self, tenant: str, doc_id: str, before_version: int, superseded_on: datetime) -> None:

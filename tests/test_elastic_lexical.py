@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import string
-import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -388,8 +387,6 @@ class Requests:
 
     def __init__(self, index: Any, monkeypatch: Any) -> None:
         self.calls: list[str] = []
-        self.writer: list[str] = []
-        """The calls made by the access writer's own thread (the shared round, indexer.combine)."""
         for name in ("search", "bulk"):
             real = getattr(index.client, name)
             monkeypatch.setattr(index.client, name, self._counting(name, real))
@@ -397,20 +394,14 @@ class Requests:
     def _counting(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(f"{name}:refresh={kwargs['refresh']}" if name == "bulk" else name)
-            if threading.current_thread().name == "ragsync-es-access":
-                self.writer.append(self.calls[-1])
             return real(*args, **kwargs)
 
         return call
 
 
-def test_acl_changes_and_deletions_queued_together_share_one_bulk_and_refresh_and_no_search(
+def test_acl_changes_and_deletions_queued_together_share_one_search_bulk_and_refresh(
     index: Any, monkeypatch: Any
 ) -> None:
-    """The shared round is the `_bulk` alone (indexer.elastic_access): each caller lists its document's
-    passages in its own thread before it submits, and checks for unwritten ones after. On main the
-    round searched for the passages of every ACL change and unlisted deletion (the writer's own
-    thread: search, bulk, search, bulk)."""
     from concurrent_writes import combiners, held_first
 
     index.upsert([make_passage(f"Quarterly {d} figures.", doc_id=d) for d in ("a.md", "b.md", "c.md", "d.md")])
@@ -423,11 +414,9 @@ def test_acl_changes_and_deletions_queued_together_share_one_bulk_and_refresh_an
         lambda: index.delete_doc("acme", "d.md", listed=["d.md@1#root-1"]),
     ]
     assert held_first(combiners(index), calls) == 2
-    # the held round (a.md), then one round for the rest: b.md's and c.md's listed passages updated and
-    # deleted by _id, d.md's listed passage deleted, all three in one `_bulk` with the one forced refresh
-    assert requests.writer == ["bulk:refresh=True", "bulk:refresh=True"], requests.calls
-    # a.md, b.md and c.md listed by their callers, then checked once their write returned; d.md trusted
-    assert requests.calls.count("search") == 6, requests.calls
+    # the held round (a.md), then one round for the rest: b.md's and c.md's passages in one search,
+    # d.md's listed passage deleted by _id, all three in one `_bulk` with the one forced refresh
+    assert requests.calls == ["search", "bulk:refresh=True", "search", "bulk:refresh=True"], requests.calls
     assert index.search("quarterly", STAFF, 10, 0.0) == []
     board_reader = AccessFilter("acme", ("group:board",), NOW)
     assert sorted(ids(index.search("quarterly", board_reader, 10, 0.0))) == ["a.md@1#root-1", "b.md@1#root-1"]
