@@ -12,10 +12,6 @@ the end of the search and of the `_bulk`, and the `took` of its last `_bulk` (El
 a forced refresh included). A copy that refreshes in a step of its own (`_refresh_aliases`) also gets
 one line per refresh in the same file name with `.rounds.` replaced by `.refreshes.`. Summarise with
 `--summary FILE...`.
-
-It knows the round as it was up to 53bd1f8 (a search, then the `_bulk`): since the fifteenth round
-(conv11) the round is the `_bulk` alone and the listing runs in each applier's thread, so on later code it
-stops with "the code changed"; patch `git archive 53bd1f8` to time the old round.
 """
 
 from __future__ import annotations
