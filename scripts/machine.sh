@@ -50,4 +50,3 @@ if [ -z "${RAGSYNC_EMBED_MODEL_PATH:-}" ]; then
         fi
     done
 fi
-echo "embedding model: ${RAGSYNC_EMBED_MODEL_PATH:-none beside the checkout; scripts/test.sh fetches it from Maven Central}"
